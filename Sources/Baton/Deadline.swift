@@ -1,0 +1,72 @@
+import CBatonShims
+/// A point in time by which a wait must end.
+///
+/// Every blocking operation in Baton takes a deadline and is also cancellable. Build one from a
+/// duration (`.after(.seconds(2))`), from a ``TimeBudget`` when one exists, or use ``never``.
+public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// The instant on the continuous clock, or `nil` for no deadline.
+    public let instant: ContinuousClock.Instant?
+
+    /// A deadline at the given instant.
+    public init(_ instant: ContinuousClock.Instant) { self.instant = instant }
+
+    private init(never: Void) { self.instant = nil }
+
+    /// No deadline: the wait ends only when it succeeds or its task is cancelled.
+    public static let never = Deadline(never: ())
+
+    /// A deadline `duration` from now.
+    public static func after(_ duration: Duration) -> Deadline {
+        Deadline(ContinuousClock.now.advanced(by: duration))
+    }
+
+    /// A deadline `seconds` from now.
+    public static func seconds(_ seconds: Double) -> Deadline {
+        after(.nanoseconds(Int64(seconds * 1e9)))
+    }
+
+    /// Whether the deadline has passed.
+    public var hasPassed: Bool {
+        guard let instant else { return false }
+        return ContinuousClock.now >= instant
+    }
+
+    /// Time left, `nil` for ``never``, zero when passed.
+    public var remaining: Duration? {
+        guard let instant else { return nil }
+        let left = instant - ContinuousClock.now
+        return left < .zero ? .zero : left
+    }
+
+    /// The earlier of two deadlines.
+    public func earliest(_ other: Deadline) -> Deadline { Swift.min(self, other) }
+
+    public static func < (lhs: Deadline, rhs: Deadline) -> Bool {
+        switch (lhs.instant, rhs.instant) {
+        case (nil, _): return false
+        case (_, nil): return true
+        case let (l?, r?): return l < r
+        }
+    }
+
+    public var description: String {
+        guard let remaining else { return "never" }
+        return "in \(remaining)"
+    }
+}
+
+extension Duration {
+    /// The duration in seconds as a `Double`.
+    var seconds: Double {
+        let (s, attoseconds) = components
+        return Double(s) + Double(attoseconds) / 1e18
+    }
+
+    /// The duration in nanoseconds, saturating.
+    var nanoseconds: Int64 {
+        let (s, attoseconds) = components
+        let (product, overflow) = s.multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return s < 0 ? .min : .max }
+        return product &+ attoseconds / 1_000_000_000
+    }
+}

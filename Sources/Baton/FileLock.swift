@@ -1,0 +1,166 @@
+import CBatonShims
+import Synchronization
+
+/// How a ``FileLock`` is held.
+public enum LockMode: Sendable, Hashable {
+    /// Many holders at once.
+    case shared
+    /// One holder, no shared holders.
+    case exclusive
+
+    var flockOperation: Int32 { self == .shared ? LOCK_SH : LOCK_EX }
+}
+
+/// A cross-process lock on a file under the container's `.baton` directory (`flock(2)`).
+///
+/// The kernel releases the lock the instant its holder dies, so a crash never leaves it stuck.
+/// Waiting never parks a thread: a waiter sleeps until the kernel reports that the lock file was
+/// closed (inotify on Linux; every release closes the descriptor), then tries again.
+///
+/// ```swift
+/// let lock = try FileLock(container, name: "migrations.lock")
+/// try await lock.withLock(.exclusive, deadline: .after(.seconds(5))) { try migrate() }
+/// ```
+///
+/// Locks are refused while the container is suspended, and every held lock is released when it
+/// suspends (no lock may be held by a suspended process).
+public struct FileLock: Sendable {
+    /// The container the lock file lives in.
+    public let container: SharedContainer
+    /// The lock file's path relative to `.baton`.
+    public let name: String
+
+    /// How long a waiter sleeps at most before trying again even without a close event. Linux
+    /// reports a close slightly before it drops the dying process's locks; quick retries after
+    /// each event cover that window, and this bounds the rare case where the dying process is
+    /// descheduled in between.
+    static let backstopInterval: Duration = .milliseconds(200)
+    static let retryDelaysAfterEvent: [Duration] = [.zero, .microseconds(50), .microseconds(200), .milliseconds(1), .milliseconds(4)]
+
+    /// A lock on `.baton/<name>`.
+    /// - Parameters:
+    ///   - container: The shared container.
+    ///   - name: A relative path of plain components (`roles/core.lock`); directories are created.
+    /// - Throws: `invalidName` for an empty component, `..` or NUL.
+    public init(_ container: SharedContainer, name: String) throws {
+        let components = name.split(separator: "/", omittingEmptySubsequences: false)
+        for component in components {
+            try SharedContainer.validateName(String(component), what: "a lock file name component")
+        }
+        var directory = ""
+        for component in components.dropLast() {
+            directory += directory.isEmpty ? String(component) : "/" + component
+            try container.makeDirectory(directory)
+        }
+        self.container = container
+        self.name = name
+    }
+
+    /// Takes the lock if nobody holds it in a conflicting mode; `nil` otherwise.
+    public func tryLock(_ mode: LockMode = .exclusive) throws -> HeldFileLock? {
+        try container.suspension.checkActive("take the lock \(name)")
+        let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
+        do {
+            if try Sys.tryFlock(fd, mode.flockOperation).get("locking \(name)") {
+                return HeldFileLock(fd: fd, lock: self, mode: mode)
+            }
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+        Sys.close(fd)
+        return nil
+    }
+
+    /// Waits for the lock.
+    /// - Parameters:
+    ///   - mode: Shared or exclusive.
+    ///   - deadline: When to give up with `timedOut`.
+    /// - Throws: `timedOut`, `suspended`, `CancellationError`, or a system error.
+    public func lock(_ mode: LockMode = .exclusive, deadline: Deadline) async throws -> HeldFileLock {
+        try container.suspension.checkActive("take the lock \(name)")
+        let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
+        var owned = true
+        defer { if owned { Sys.close(fd) } }
+        let subscription = try FileEvents.shared.subscribe(path: container.absolutePath(name), mask: FileEvents.lockEvents)
+        let operation = mode.flockOperation
+        while true {
+            let seen = subscription.events.snapshot()
+            if try Sys.tryFlock(fd, operation).get("locking \(name)") {
+                owned = false
+                return HeldFileLock(fd: fd, lock: self, mode: mode)
+            }
+            try container.suspension.checkActive("take the lock \(name)")
+            let slice = deadline.earliest(.after(Self.backstopInterval))
+            do {
+                try await subscription.events.wait(after: seen, deadline: slice)
+            } catch let error as BatonError where error.code == .timedOut {
+                if deadline.hasPassed {
+                    throw BatonError(.timedOut, "timed out waiting for the lock \(name); another process holds it")
+                }
+                continue
+            }
+            for delay in Self.retryDelaysAfterEvent {
+                if delay > .zero { try await Task.sleep(for: delay) }
+                if try Sys.tryFlock(fd, operation).get("locking \(name)") {
+                    owned = false
+                    return HeldFileLock(fd: fd, lock: self, mode: mode)
+                }
+            }
+        }
+    }
+
+    /// Runs `body` holding the lock, and releases it afterwards even when `body` throws or the
+    /// task is cancelled.
+    public func withLock<R>(
+        _ mode: LockMode = .exclusive,
+        deadline: Deadline,
+        _ body: () async throws -> R
+    ) async throws -> R {
+        let held = try await lock(mode, deadline: deadline)
+        defer { held.release() }
+        return try await body()
+    }
+}
+
+/// A held ``FileLock``. Released by ``release()``, by deinit, or by the container's suspension.
+public final class HeldFileLock: Sendable {
+    private let state: Mutex<(fd: Int32, token: SuspensionController.RegistrationToken?)>
+    /// The lock this holds.
+    public let lock: FileLock
+    /// The mode it is held in.
+    public let mode: LockMode
+
+    init(fd: Int32, lock: FileLock, mode: LockMode) {
+        self.state = Mutex((fd, nil))
+        self.lock = lock
+        self.mode = mode
+        let token = lock.container.suspension.register(SuspensionRelease(self))
+        state.withLock { $0.token = token }
+    }
+
+    /// Whether the lock is still held (false after release or suspension).
+    public var isHeld: Bool { state.withLock { $0.fd >= 0 } }
+
+    /// The descriptor while held (for `/proc/locks` checks and advanced use).
+    package var descriptor: Int32? { state.withLock { $0.fd >= 0 ? $0.fd : nil } }
+
+    /// Releases the lock (closing the descriptor). Safe to call more than once.
+    public func release() {
+        let (fd, token) = state.withLock { state -> (Int32, SuspensionController.RegistrationToken?) in
+            defer { state = (-1, nil) }
+            return state
+        }
+        if let token { lock.container.suspension.unregister(token) }
+        if fd >= 0 { Sys.close(fd) }
+    }
+
+    deinit { release() }
+
+    private final class SuspensionRelease: SuspensionParticipant {
+        weak let held: HeldFileLock?
+        init(_ held: HeldFileLock) { self.held = held }
+        func suspend() async { held?.release() }
+        func resume() async throws {}
+    }
+}

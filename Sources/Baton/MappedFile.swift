@@ -1,0 +1,62 @@
+import CBatonShims
+/// A file under `.baton` mapped into memory with `MAP_SHARED`, so every process that maps it
+/// sees the same bytes. Used for the signal table, the defaults log and channels.
+///
+/// The mapping is fixed-size; grow it with ``remap(size:)`` from one task at a time.
+/// Cross-process access to the bytes must use atomics or a lock; this type only owns the
+/// mapping.
+package final class MappedFile: @unchecked Sendable {
+    // @unchecked: `pointer` and `size` are written only by `remap`, which callers serialise
+    // (each owner does it under its own Mutex); readers go through the owner's lock.
+    package private(set) var pointer: UnsafeMutableRawPointer
+    package private(set) var size: Int
+    package let fd: Int32
+    package let relativePath: String
+
+    /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
+    /// than `minimumSize`, it is extended with zeros first.
+    package init(_ container: SharedContainer, relativePath: String, minimumSize: Int, create: Bool = true) throws {
+        let fd = try container.openFile(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
+        do {
+            var size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+            if size < minimumSize {
+                try Sys.ftruncate(fd, minimumSize).get("extending \(relativePath) to \(minimumSize) bytes")
+                size = minimumSize
+            }
+            self.pointer = try Sys.mmap(fd, size: size, writable: true).get("mapping \(relativePath)")
+            self.size = size
+            self.fd = fd
+            self.relativePath = relativePath
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+    }
+
+    /// Maps the file again at `size` bytes (extending the file when it is shorter).
+    package func remap(size newSize: Int) throws {
+        let current = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+        if current < newSize {
+            try Sys.ftruncate(fd, newSize).get("extending \(relativePath) to \(newSize) bytes")
+        }
+        let newPointer = try Sys.mmap(fd, size: max(newSize, current), writable: true).get("mapping \(relativePath)")
+        Sys.munmap(pointer, size: size)
+        pointer = newPointer
+        size = max(newSize, current)
+    }
+
+    /// The file's current size on disk (another process may have grown it).
+    package func fileSize() throws -> Int {
+        Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+    }
+
+    /// Flushes the mapping to disk.
+    package func sync() throws {
+        try Sys.msync(pointer, size: size).get("syncing \(relativePath)")
+    }
+
+    deinit {
+        Sys.munmap(pointer, size: size)
+        Sys.close(fd)
+    }
+}

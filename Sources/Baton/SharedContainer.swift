@@ -1,0 +1,251 @@
+#if canImport(FoundationEssentials)
+import CBatonShims
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Synchronization
+
+/// The directory that several processes share: an App Group container on iOS, a data directory
+/// on Linux. Everything Baton keeps lives in its `.baton` subdirectory.
+///
+/// ```swift
+/// let container = try SharedContainer(at: groupURL)
+/// try container.signals.post("messages")
+/// ```
+///
+/// Opening validates the directory once: it must exist, be a directory owned by this user and
+/// writable, and sit on a file system where `flock(2)` works. Baton's own directory is created
+/// with mode 0700 and its files with 0600 (see ``Options``), and every file is opened with
+/// `O_CLOEXEC` and `O_NOFOLLOW`.
+public final class SharedContainer: Sendable {
+    /// How Baton creates its files.
+    public struct Options: Sendable, Hashable {
+        /// Permission bits of the directories Baton creates.
+        public var directoryMode: UInt32 = 0o700
+        /// Permission bits of the files Baton creates.
+        public var fileMode: UInt32 = 0o600
+
+        public init(directoryMode: UInt32 = 0o700, fileMode: UInt32 = 0o600) {
+            self.directoryMode = directoryMode
+            self.fileMode = fileMode
+        }
+    }
+
+    /// The container directory.
+    public let path: String
+    /// `path` + `/.baton`.
+    public let batonPath: String
+    /// The options the container was opened with.
+    public let options: Options
+
+    /// A descriptor of `.baton`, used with the `*at` calls so no path is resolved twice.
+    package let directory: Int32
+
+    /// The process-wide suspension state of this container: see ``suspend()``.
+    public let suspension: SuspensionController
+
+    private let lazyParts = Mutex<LazyParts>(LazyParts())
+    private struct LazyParts {
+        var signals: Signals?
+        var presence: Presence?
+    }
+
+    /// The longest relative path Baton itself creates under `.baton` (e.g. `defaults/<suite>.log`
+    /// with a 255-byte suite name). A container path that leaves less room than this is refused.
+    static let reservedRelativeLength = 300
+
+    /// Opens (and on first use prepares) a shared container.
+    ///
+    /// - Parameters:
+    ///   - url: A file URL of an existing directory.
+    ///   - options: Permission bits for the files Baton creates.
+    /// - Throws: ``BatonError`` with code `notFound`, `notADirectory`, `notWritable`,
+    ///   `ownedByAnotherUser`, `pathTooLong`, `symbolicLink` or `lockingNotSupported`.
+    public convenience init(at url: URL, options: Options = Options()) throws {
+        guard url.isFileURL else {
+            throw BatonError(.invalidArgument, "the container must be a file URL, got \(url.absoluteString)")
+        }
+        try self.init(path: url.path, options: options)
+    }
+
+    /// Opens (and on first use prepares) a shared container at a file-system path.
+    ///
+    /// - Parameters:
+    ///   - path: An existing directory.
+    ///   - options: Permission bits for the files Baton creates.
+    /// - Throws: See ``init(at:options:)``.
+    public init(path: String, options: Options = Options()) throws {
+        var path = path
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        guard !path.isEmpty else {
+            throw BatonError(.invalidArgument, "the container path is empty; pass the shared directory's path")
+        }
+        if path.utf8.count + Self.reservedRelativeLength >= Int(PATH_MAX) {
+            throw BatonError(.pathTooLong, "the container path is \(path.utf8.count) bytes; Baton needs it under \(Int(PATH_MAX) - Self.reservedRelativeLength) bytes to fit its own files. Use a shorter path.")
+        }
+        let info: stat
+        switch Sys.fstatat(AT_FDCWD, path, followLinks: true) {
+        case .success(let value): info = value
+        case .failure(let error) where error.errno == ENOENT:
+            throw BatonError(.notFound, "the container directory \(path) does not exist; create it first (on iOS, use the App Group container URL)", cause: error)
+        case .failure(let error) where error.errno == ENAMETOOLONG:
+            throw BatonError(.pathTooLong, "the container path \(path) is too long for this system", cause: error)
+        case .failure(let error) where error.errno == ENOTDIR:
+            throw BatonError(.notADirectory, "a component of \(path) is not a directory", cause: error)
+        case .failure(let error):
+            throw BatonError.system(error, "checking the container directory \(path)")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw BatonError(.notADirectory, "\(path) is not a directory; pass the shared directory itself")
+        }
+        guard info.st_uid == geteuid() else {
+            throw BatonError(.ownedByAnotherUser, "\(path) belongs to user \(info.st_uid), not to this process's user \(geteuid()); Baton refuses to share files with another user")
+        }
+        guard access(path, W_OK | X_OK) == 0 else {
+            throw BatonError(.notWritable, "\(path) is not writable by this process; fix its permissions", cause: SystemCallError(call: "access", errno: errno))
+        }
+
+        // `.baton` itself: create it if missing, refuse a link.
+        let containerFD = try Sys.open(path, O_RDONLY | O_DIRECTORY).get("opening the container \(path)")
+        defer { Sys.close(containerFD) }
+        switch Sys.mkdirat(containerFD, ".baton", mode_t(options.directoryMode)) {
+        case .success, .failure(SystemCallError(call: "mkdirat", errno: EEXIST)): break
+        case .failure(let error): throw BatonError.system(error, "creating \(path)/.baton")
+        }
+        let directory: Int32
+        switch Sys.openat(containerFD, ".baton", O_RDONLY | O_DIRECTORY) {
+        case .success(let fd): directory = fd
+        case .failure(let error) where error.errno == ELOOP || error.errno == ENOTDIR:
+            throw BatonError(.symbolicLink, "\(path)/.baton is a symbolic link or not a directory; remove it so Baton can create its own", cause: error)
+        case .failure(let error): throw BatonError.system(error, "opening \(path)/.baton")
+        }
+        let batonInfo = try Sys.fstat(directory).get("checking \(path)/.baton")
+        guard batonInfo.st_uid == geteuid() else {
+            Sys.close(directory)
+            throw BatonError(.ownedByAnotherUser, "\(path)/.baton belongs to user \(batonInfo.st_uid); Baton refuses to share it with another user")
+        }
+
+        self.path = path
+        self.batonPath = path + "/.baton"
+        self.options = options
+        self.directory = directory
+        self.suspension = SuspensionController()
+
+        // flock must work here (it does not on some network file systems).
+        let probe = try openFile("container.lock", flags: O_RDWR | O_CREAT)
+        defer { Sys.close(probe) }
+        switch Sys.tryFlock(probe, LOCK_SH) {
+        case .success: break
+        case .failure(let error):
+            throw BatonError(.lockingNotSupported, "the file system of \(path) does not support flock(2) (\(error)); put the container on a local file system", cause: error)
+        }
+    }
+
+    deinit { Sys.close(directory) }
+
+    // MARK: - Parts
+
+    /// Cross-process signals for this container.
+    public var signals: Signals {
+        get throws {
+            try lazyParts.withLock { parts in
+                if let signals = parts.signals { return signals }
+                let signals = try Signals(container: self)
+                parts.signals = signals
+                return signals
+            }
+        }
+    }
+
+    /// Which processes are alive in this container.
+    public var presence: Presence {
+        lazyParts.withLock { parts in
+            if let presence = parts.presence { return presence }
+            let presence = Presence(container: self)
+            parts.presence = presence
+            return presence
+        }
+    }
+
+    /// Releases every kernel lock Baton holds for this container in this process, before the
+    /// process is suspended. Calls nest: each needs a matching ``resume()``.
+    public func suspend() async { await suspension.suspend() }
+
+    /// Takes back what ``suspend()`` released, when the last nested suspension ends.
+    public func resume() async throws { try await suspension.resume() }
+
+    // MARK: - Files
+
+    /// Validates a name that becomes part of a file name: 1...255 bytes, no `/`, no NUL, not `.`
+    /// or `..`.
+    public static func validateName(_ name: String, what: String, maxBytes: Int = 255) throws {
+        let bytes = name.utf8.count
+        guard bytes >= 1, bytes <= maxBytes else {
+            throw BatonError(.invalidName, "\(what) must be 1 to \(maxBytes) bytes of UTF-8; this one is \(bytes) bytes")
+        }
+        guard !name.utf8.contains(UInt8(ascii: "/")), !name.utf8.contains(0) else {
+            throw BatonError(.invalidName, "\(what) \"\(name)\" contains a path separator or NUL; use a plain name")
+        }
+        guard name != ".", name != ".." else {
+            throw BatonError(.invalidName, "\(what) may not be \".\" or \"..\"")
+        }
+    }
+
+    /// Opens a file relative to `.baton` with `O_CLOEXEC | O_NOFOLLOW`, creating it with the
+    /// container's file mode when `O_CREAT` is given.
+    package func openFile(_ relativePath: String, flags: Int32) throws -> Int32 {
+        switch Sys.openat(directory, relativePath, flags, mode_t(options.fileMode)) {
+        case .success(let fd): return fd
+        case .failure(let error) where error.errno == ELOOP:
+            throw BatonError(.symbolicLink, "\(batonPath)/\(relativePath) is a symbolic link; Baton never follows links inside its directory. Remove it.", cause: error)
+        case .failure(let error):
+            throw BatonError.system(error, "opening \(batonPath)/\(relativePath)")
+        }
+    }
+
+    /// Creates a subdirectory of `.baton` if missing (mode from ``Options``).
+    package func makeDirectory(_ relativePath: String) throws {
+        switch Sys.mkdirat(directory, relativePath, mode_t(options.directoryMode)) {
+        case .success: return
+        case .failure(let error) where error.errno == EEXIST:
+            let info = try Sys.fstatat(directory, relativePath).get("checking \(batonPath)/\(relativePath)")
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw BatonError(.notADirectory, "\(batonPath)/\(relativePath) exists but is not a directory; remove it")
+            }
+        case .failure(let error):
+            throw BatonError.system(error, "creating \(batonPath)/\(relativePath)")
+        }
+    }
+
+    /// The absolute path of a file under `.baton`.
+    package func absolutePath(_ relativePath: String) -> String { batonPath + "/" + relativePath }
+
+    /// Replaces a file under `.baton` atomically: write a temporary file, fsync, rename over the
+    /// old one, fsync the directory. Readers see the old or the new content, never a mix.
+    package func replaceFile(_ relativePath: String, with bytes: some Collection<UInt8>) throws {
+        let temporary = relativePath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let fd = try openFile(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
+        do {
+            let data = Array(bytes)
+            try data.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(temporary)") }
+            try Sys.fsync(fd).get("syncing \(temporary)")
+            Sys.close(fd)
+            try Sys.renameat(directory, temporary, directory, relativePath).get("renaming \(temporary) to \(relativePath)")
+            _ = Sys.fsync(directory)
+        } catch {
+            Sys.close(fd)
+            _ = Sys.unlinkat(directory, temporary)
+            throw error
+        }
+    }
+
+    /// Reads a whole small file under `.baton`; `nil` when it does not exist.
+    package func readFile(_ relativePath: String) throws -> [UInt8]? {
+        switch Sys.readFile(directory, relativePath) {
+        case .success(let bytes): return bytes
+        case .failure(let error) where error.errno == ENOENT: return nil
+        case .failure(let error): throw BatonError.system(error, "reading \(batonPath)/\(relativePath)")
+        }
+    }
+}

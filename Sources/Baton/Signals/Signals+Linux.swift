@@ -1,0 +1,361 @@
+#if os(Linux)
+import CBatonShims
+import Synchronization
+
+/// The Linux signal backend: a table of named counters and states in a file mapped by every
+/// process of the container, woken with futex.
+///
+/// Layout of `.baton/signals` (little-endian, fixed size):
+/// ```
+/// header (4096 bytes)
+///   0  magic "BATNSIG1"     8  version      12 slot count   16 slot size
+///   20 CRC-32C of bytes 0..<20              24 retired (1 once replaced by a rebuilt table)
+///   64 sequence  (futex word, bumped by every post that someone observes)
+///   128 waiters  (processes whose signal thread may be asleep on `sequence`)
+/// slots (256 bytes each), open addressing by name hash, never removed
+///   0 status (0 empty, 1 ready)   4 name length   8 name hash (FNV-1a 64)
+///   16 counter   24 state   32 observers (processes observing this name)
+///   36 CRC-32C of name length, hash and name   40 name (128 bytes)
+/// ```
+/// The table holds nothing durable: when it fails its checks it is rebuilt (a new file renamed
+/// over the old one; the old one is marked retired so every process moves to the new one, and
+/// every observer gets one delivery because posts may have been missed).
+final class FutexSignalTable: SignalBackend, @unchecked Sendable {
+    // @unchecked: all mutable state is in `state` (a Mutex); the mapped memory is shared with
+    // other processes and only touched through atomics (CBatonShims) or under `signals.lock`.
+
+    static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
+    static let version: UInt32 = 1
+    static let headerSize = 4096
+    static let slotSize = 256
+    static let slotCount = 4096
+    static let fileSize = headerSize + slotSize * slotCount
+    static let fileName = "signals"
+    static let lockName = "signals.lock"
+
+    private let container: SharedContainer
+
+    private struct Observed {
+        weak var observer: SignalObserver?
+        var slot: Int
+        var lastSeen: UInt64
+    }
+
+    private struct State {
+        var map: MappedFile
+        var slotCache: [String: Int] = [:]
+        var observers: [UInt64: Observed] = [:]
+        var nextID: UInt64 = 0
+        var threadStarted = false
+        var countedAsWaiter = false
+    }
+
+    private let state: Mutex<State>
+    /// Process-local futex word the signal thread sleeps on while nothing is observed.
+    private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+
+    init(container: SharedContainer) throws {
+        self.container = container
+        idleWord.initialize(to: 0)
+        state = Mutex(State(map: try Self.openValidTable(container)))
+    }
+
+    deinit { idleWord.deallocate() }
+
+    // MARK: Opening, validating, rebuilding
+
+    private static func openValidTable(_ container: SharedContainer, replacing retired: MappedFile? = nil) throws -> MappedFile {
+        if retired == nil, let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+           map.size == fileSize, isValid(map) {
+            return map
+        }
+        // Create or rebuild under the table lock (held for microseconds).
+        let lockFD = try container.openFile(lockName, flags: O_RDWR | O_CREAT)
+        defer { Sys.close(lockFD) }
+        try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
+        if let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+           map.size == fileSize, isValid(map), !isRetired(map),
+           retired.map({ $0.fd != map.fd && !sameFile($0, map) }) ?? true {
+            return map
+        }
+        let temporary = fileName + ".new-\(getpid())"
+        _ = Sys.unlinkat(container.directory, temporary)
+        let fresh = try MappedFile(container, relativePath: temporary, minimumSize: fileSize)
+        let base = fresh.pointer
+        base.storeBytes(of: magic.littleEndian, toByteOffset: 0, as: UInt64.self)
+        base.storeBytes(of: version.littleEndian, toByteOffset: 8, as: UInt32.self)
+        base.storeBytes(of: UInt32(slotCount).littleEndian, toByteOffset: 12, as: UInt32.self)
+        base.storeBytes(of: UInt32(slotSize).littleEndian, toByteOffset: 16, as: UInt32.self)
+        base.storeBytes(of: headerChecksum(base).littleEndian, toByteOffset: 20, as: UInt32.self)
+        try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
+        return fresh
+    }
+
+    private static func sameFile(_ a: MappedFile, _ b: MappedFile) -> Bool {
+        guard case .success(let x) = Sys.fstat(a.fd), case .success(let y) = Sys.fstat(b.fd) else { return false }
+        return x.st_ino == y.st_ino && x.st_dev == y.st_dev
+    }
+
+    private static func headerChecksum(_ base: UnsafeMutableRawPointer) -> UInt32 {
+        Checksum.crc32c(UnsafeRawBufferPointer(start: base, count: 20))
+    }
+
+    private static func isValid(_ map: MappedFile) -> Bool {
+        let base = map.pointer
+        return UInt64(littleEndian: base.load(fromByteOffset: 0, as: UInt64.self)) == magic
+            && UInt32(littleEndian: base.load(fromByteOffset: 8, as: UInt32.self)) == version
+            && UInt32(littleEndian: base.load(fromByteOffset: 12, as: UInt32.self)) == UInt32(slotCount)
+            && UInt32(littleEndian: base.load(fromByteOffset: 16, as: UInt32.self)) == UInt32(slotSize)
+            && UInt32(littleEndian: base.load(fromByteOffset: 20, as: UInt32.self)) == headerChecksum(base)
+    }
+
+    private static func isRetired(_ map: MappedFile) -> Bool {
+        baton_load32(map.pointer.advanced(by: 24).assumingMemoryBound(to: UInt32.self)) != 0
+    }
+
+    /// Replaces a table that failed a check, then moves this process onto the new one.
+    /// Must be called with `state` locked (passed in).
+    private func rebuild(_ state: inout State, reason: String) throws {
+        let old = state.map
+        let fresh = try Self.openValidTable(container, replacing: old)
+        if !Self.sameFile(old, fresh) {
+            // Retire the old mapping so other processes move on, and wake their threads.
+            baton_store32(Self.word(old, 24), 1)
+            baton_add32(Self.word(old, 64), 1)
+            _ = baton_futex_wake_all(Self.word(old, 64))
+        }
+        try moveToTable(&state, fresh)
+    }
+
+    /// Switches to `fresh`, re-registering observed names and giving each observer one delivery.
+    private func moveToTable(_ state: inout State, _ fresh: MappedFile) throws {
+        let wasWaiter = state.countedAsWaiter
+        if wasWaiter { baton_sub32(Self.word(state.map, 128), 1) }
+        state.map = fresh
+        state.slotCache.removeAll()
+        if wasWaiter { baton_add32(Self.word(fresh, 128), 1) }
+        for (id, var observed) in state.observers {
+            guard let observer = observed.observer else { state.observers[id] = nil; continue }
+            let slot = try findOrCreateSlot(&state, observer.name)
+            baton_add32(slotWord(state.map, slot, 32), 1)
+            observed.slot = slot
+            observed.lastSeen = baton_load64(slotCounter(state.map, slot))
+            state.observers[id] = observed
+            observer.deliver(state: baton_load64(slotState(state.map, slot)))
+        }
+    }
+
+    // MARK: Memory access
+
+    private static func word(_ map: MappedFile, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
+        map.pointer.advanced(by: offset).assumingMemoryBound(to: UInt32.self)
+    }
+    private func slotBase(_ map: MappedFile, _ slot: Int) -> UnsafeMutableRawPointer {
+        map.pointer.advanced(by: Self.headerSize + slot * Self.slotSize)
+    }
+    private func slotWord(_ map: MappedFile, _ slot: Int, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
+        slotBase(map, slot).advanced(by: offset).assumingMemoryBound(to: UInt32.self)
+    }
+    private func slotCounter(_ map: MappedFile, _ slot: Int) -> UnsafeMutablePointer<UInt64> {
+        slotBase(map, slot).advanced(by: 16).assumingMemoryBound(to: UInt64.self)
+    }
+    private func slotState(_ map: MappedFile, _ slot: Int) -> UnsafeMutablePointer<UInt64> {
+        slotBase(map, slot).advanced(by: 24).assumingMemoryBound(to: UInt64.self)
+    }
+
+    private static func hash(_ name: String) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        return hash
+    }
+
+    private func slotChecksum(_ base: UnsafeMutableRawPointer, length: Int) -> UInt32 {
+        var crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 4), count: 12))
+        crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 40), count: length), seed: crc)
+        return crc
+    }
+
+    private enum Lookup { case found(Int), empty(Int), full }
+
+    /// Finds `name` by linear probing. Throws `corrupt` when a slot fails its checks.
+    private func lookup(_ map: MappedFile, _ name: String) throws -> Lookup {
+        let hash = Self.hash(name)
+        let bytes = Array(name.utf8)
+        var slot = Int(hash % UInt64(Self.slotCount))
+        for _ in 0..<Self.slotCount {
+            let base = slotBase(map, slot)
+            let status = baton_load32(slotWord(map, slot, 0))
+            switch status {
+            case 0: return .empty(slot)
+            case 1:
+                let length = Int(base.load(fromByteOffset: 4, as: UInt32.self))
+                guard length >= 1, length <= Signals.maxNameBytes,
+                      base.load(fromByteOffset: 36, as: UInt32.self) == slotChecksum(base, length: length) else {
+                    throw BatonError(.corrupt, "signal table slot \(slot) failed its checksum")
+                }
+                if base.load(fromByteOffset: 8, as: UInt64.self) == hash, length == bytes.count,
+                   memcmp(base.advanced(by: 40), bytes, length) == 0 {
+                    return .found(slot)
+                }
+            default:
+                throw BatonError(.corrupt, "signal table slot \(slot) has an unknown status \(status)")
+            }
+            slot = (slot + 1) % Self.slotCount
+        }
+        return .full
+    }
+
+    /// Finds the slot of `name`, creating it under the table lock. Rebuilds a corrupt table.
+    private func findOrCreateSlot(_ state: inout State, _ name: String) throws -> Int {
+        if let slot = state.slotCache[name] { return slot }
+        for attempt in 0..<2 {
+            do {
+                if case .found(let slot) = try lookup(state.map, name) {
+                    state.slotCache[name] = slot
+                    return slot
+                }
+                let lockFD = try container.openFile(Self.lockName, flags: O_RDWR | O_CREAT)
+                defer { Sys.close(lockFD) }
+                try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
+                switch try lookup(state.map, name) {
+                case .found(let slot):
+                    state.slotCache[name] = slot
+                    return slot
+                case .full:
+                    throw BatonError(.capacityExceeded, "the signal table of \(container.path) is full (\(Self.slotCount) names); use fewer distinct signal names")
+                case .empty(let slot):
+                    let base = slotBase(state.map, slot)
+                    let bytes = Array(name.utf8)
+                    base.storeBytes(of: UInt32(bytes.count), toByteOffset: 4, as: UInt32.self)
+                    base.storeBytes(of: Self.hash(name), toByteOffset: 8, as: UInt64.self)
+                    bytes.withUnsafeBytes { base.advanced(by: 40).copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+                    base.storeBytes(of: slotChecksum(base, length: bytes.count), toByteOffset: 36, as: UInt32.self)
+                    baton_store32(slotWord(state.map, slot, 0), 1)
+                    state.slotCache[name] = slot
+                    return slot
+                }
+            } catch let error as BatonError where error.code == .corrupt && attempt == 0 {
+                try rebuild(&state, reason: error.message)
+            }
+        }
+        throw BatonError(.corrupt, "the signal table of \(container.path) stays corrupt after a rebuild")
+    }
+
+    /// Moves to a new table if the current one was retired by a rebuild in another process.
+    private func followRetirement(_ state: inout State) throws {
+        guard Self.isRetired(state.map) else { return }
+        try moveToTable(&state, try Self.openValidTable(container, replacing: state.map))
+    }
+
+    // MARK: SignalBackend
+
+    func post(_ name: String, state value: UInt64?) throws {
+        let (sequence, wake) = try state.withLock { state throws -> (UnsafeMutablePointer<UInt32>?, Bool) in
+            try followRetirement(&state)
+            let slot = try findOrCreateSlot(&state, name)
+            if let value { baton_store64(slotState(state.map, slot), value) }
+            baton_add64(slotCounter(state.map, slot), 1)
+            guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, false) }
+            let sequence = Self.word(state.map, 64)
+            baton_add32(sequence, 1)
+            return (sequence, baton_load32(Self.word(state.map, 128)) > 0)
+        }
+        if let sequence, wake { _ = baton_futex_wake_all(sequence) }
+    }
+
+    func state(of name: String) throws -> UInt64 {
+        try state.withLock { state in
+            try followRetirement(&state)
+            let slot = try findOrCreateSlot(&state, name)
+            return baton_load64(slotState(state.map, slot))
+        }
+    }
+
+    func register(_ observer: SignalObserver) throws -> any SignalRegistration {
+        let (id, startThread) = try state.withLock { state throws -> (UInt64, Bool) in
+            try followRetirement(&state)
+            let slot = try findOrCreateSlot(&state, observer.name)
+            // Count as an observer of the slot first, then read the baseline: a post that
+            // misses the observer count is already in the baseline.
+            baton_add32(slotWord(state.map, slot, 32), 1)
+            let baseline = baton_load64(slotCounter(state.map, slot))
+            state.nextID += 1
+            state.observers[state.nextID] = Observed(observer: observer, slot: slot, lastSeen: baseline)
+            let start = !state.threadStarted
+            state.threadStarted = true
+            return (state.nextID, start)
+        }
+        if startThread {
+            KernelThread.spawn(name: "baton-signals") { [self] in self.run() }
+        } else {
+            baton_add32(idleWord, 1)
+            _ = baton_futex_wake_all(idleWord)
+        }
+        return Registration(table: self, id: id)
+    }
+
+    private struct Registration: SignalRegistration {
+        let table: FutexSignalTable
+        let id: UInt64
+        func cancel() { table.unregister(id) }
+    }
+
+    private func unregister(_ id: UInt64) {
+        state.withLock { state in
+            guard let observed = state.observers.removeValue(forKey: id) else { return }
+            baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+        }
+    }
+
+    // MARK: The signal thread
+
+    /// One thread per process: sleeps on the table's sequence word while anything is observed,
+    /// on a private word otherwise; on each wake, compares the observed counters.
+    private func run() {
+        while true {
+            let (sequenceWord, seen, idle) = state.withLock { state -> (UnsafeMutablePointer<UInt32>, UInt32, Bool) in
+                try? followRetirement(&state)
+                let idle = state.observers.isEmpty
+                if idle && state.countedAsWaiter {
+                    baton_sub32(Self.word(state.map, 128), 1)
+                    state.countedAsWaiter = false
+                } else if !idle && !state.countedAsWaiter {
+                    baton_add32(Self.word(state.map, 128), 1)
+                    state.countedAsWaiter = true
+                }
+                let sequence = Self.word(state.map, 64)
+                return (sequence, baton_load32(sequence), idle)
+            }
+            if idle {
+                let idleSeen = baton_load32(idleWord)
+                let stillIdle = state.withLock { $0.observers.isEmpty }
+                if stillIdle { _ = baton_futex_wait(idleWord, idleSeen, -1) }
+                continue
+            }
+            scan()
+            _ = baton_futex_wait(sequenceWord, seen, -1)
+        }
+    }
+
+    private func scan() {
+        let deliveries = state.withLock { state -> [(SignalObserver, UInt64)] in
+            var deliveries: [(SignalObserver, UInt64)] = []
+            for (id, var observed) in state.observers {
+                guard let observer = observed.observer else {
+                    baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+                    state.observers[id] = nil
+                    continue
+                }
+                let counter = baton_load64(slotCounter(state.map, observed.slot))
+                if counter != observed.lastSeen {
+                    observed.lastSeen = counter
+                    state.observers[id] = observed
+                    deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
+                }
+            }
+            return deliveries
+        }
+        for (observer, value) in deliveries { observer.deliver(state: value) }
+    }
+}
+#endif

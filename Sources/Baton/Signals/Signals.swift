@@ -1,0 +1,191 @@
+import CBatonShims
+import Synchronization
+
+/// Named, payload-free, coalescing notifications between the processes of a container, with the
+/// semantics of Darwin's notify(3):
+///
+/// - a signal carries no data, only an optional 64-bit state per name that anyone can read;
+/// - posts may coalesce: ten quick posts can arrive as one delivery;
+/// - every post made after an observation started is followed by at least one delivery to it.
+///
+/// ```swift
+/// let signals = try container.signals
+/// let changes = try signals.observe("messages")      // observing starts here
+/// try signals.post("messages", state: 42)            // in any process
+/// for await delivery in changes { print(delivery.state) }
+/// ```
+///
+/// Signals are doorbells: keep the data in files or the database, and re-read it on delivery.
+///
+/// On Linux the names live in a shared-memory table in the container (`.baton/signals`), woken
+/// with futex; a process uses one thread for all the names it observes. On Apple platforms they
+/// are notify(3) names under a prefix that includes a random id kept in the container.
+public final class Signals: Sendable {
+    /// The longest name, in bytes of UTF-8.
+    public static let maxNameBytes = 128
+
+    let backend: any SignalBackend
+
+    init(container: SharedContainer) throws {
+        #if os(Linux)
+        backend = try FutexSignalTable(container: container)
+        #else
+        backend = try NotifySignalBackend(container: container)
+        #endif
+    }
+
+    /// Rings `name` without changing its state.
+    /// - Throws: `invalidName`, `capacityExceeded` when the table of names is full.
+    public func post(_ name: String) throws {
+        try Self.validate(name)
+        try backend.post(name, state: nil)
+    }
+
+    /// Sets the state of `name`, then rings it.
+    public func post(_ name: String, state: UInt64) throws {
+        try Self.validate(name)
+        try backend.post(name, state: state)
+    }
+
+    /// The last state posted for `name` (0 if none).
+    public func state(of name: String) throws -> UInt64 {
+        try Self.validate(name)
+        return try backend.state(of: name)
+    }
+
+    /// Starts observing `name`. Every post made after this returns is followed by at least one
+    /// delivery on the returned sequence (possibly coalesced with other posts).
+    public func observe(_ name: String) throws -> SignalObservation {
+        try Self.validate(name)
+        let observer = SignalObserver(name: name)
+        let registration = try backend.register(observer)
+        observer.setRegistration(registration)
+        return SignalObservation(observer: observer)
+    }
+
+    /// Waits for the next delivery on `name` that follows this call.
+    /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
+    public func wait(for name: String, deadline: Deadline) async throws -> SignalDelivery {
+        let observation = try observe(name)
+        return try await observation.next(deadline: deadline)
+    }
+
+    /// Checks a signal name: 1...128 bytes of UTF-8, no NUL.
+    public static func validate(_ name: String) throws {
+        let count = name.utf8.count
+        guard count >= 1, count <= maxNameBytes else {
+            throw BatonError(.invalidName, "a signal name must be 1 to \(maxNameBytes) bytes of UTF-8; this one is \(count) bytes")
+        }
+        guard !name.utf8.contains(0) else {
+            throw BatonError(.invalidName, "a signal name may not contain NUL")
+        }
+    }
+}
+
+/// One delivery of a signal.
+public struct SignalDelivery: Sendable, Hashable {
+    /// The signal's name.
+    public var name: String
+    /// Its state when the delivery was made.
+    public var state: UInt64
+
+    public init(name: String, state: UInt64) {
+        self.name = name
+        self.state = state
+    }
+}
+
+/// The deliveries of one signal name to one observer, as an `AsyncSequence`.
+///
+/// Observation starts when the sequence is created (``Signals/observe(_:)``) and ends when the
+/// sequence and its iterators are gone or ``cancel()`` is called. Iterate it from one task.
+public struct SignalObservation: AsyncSequence, Sendable {
+    public typealias Element = SignalDelivery
+    let observer: SignalObserver
+
+    /// Stops observing; a pending `next()` returns `nil`.
+    public func cancel() { observer.finish() }
+
+    /// The next delivery, or throws `timedOut` at the deadline.
+    public func next(deadline: Deadline) async throws -> SignalDelivery {
+        try await observer.next(deadline: deadline)
+    }
+
+    public func makeAsyncIterator() -> Iterator { Iterator(observer: observer) }
+
+    /// Iterates deliveries.
+    public struct Iterator: AsyncIteratorProtocol {
+        let observer: SignalObserver
+        public mutating func next() async -> SignalDelivery? {
+            try? await observer.next(deadline: .never)
+        }
+    }
+}
+
+/// An observer's mailbox: the backend's thread deposits deliveries, coalescing them; one task
+/// takes them.
+final class SignalObserver: Sendable {
+    let name: String
+    private struct State {
+        var pending: SignalDelivery?
+        var finished = false
+        var registration: (any SignalRegistration)?
+    }
+    private let state = Mutex(State())
+    private let arrivals = EventCounter()
+
+    init(name: String) { self.name = name }
+
+    func setRegistration(_ registration: any SignalRegistration) {
+        state.withLock { $0.registration = registration }
+    }
+
+    /// Called by the backend (any thread): coalesces with a delivery not taken yet.
+    func deliver(state value: UInt64) {
+        let accepted = state.withLock { state -> Bool in
+            guard !state.finished else { return false }
+            state.pending = SignalDelivery(name: name, state: value)
+            return true
+        }
+        if accepted { arrivals.notify() }
+    }
+
+    func finish() {
+        let registration = state.withLock { state -> (any SignalRegistration)? in
+            state.finished = true
+            defer { state.registration = nil }
+            return state.registration
+        }
+        registration?.cancel()
+        arrivals.notify()
+    }
+
+    func next(deadline: Deadline) async throws -> SignalDelivery {
+        while true {
+            let seen = arrivals.snapshot()
+            let taken = state.withLock { state -> (SignalDelivery?, Bool) in
+                defer { state.pending = nil }
+                return (state.pending, state.finished)
+            }
+            if let delivery = taken.0 { return delivery }
+            if taken.1 { throw CancellationError() }
+            try await arrivals.wait(after: seen, deadline: deadline)
+        }
+    }
+
+    deinit {
+        state.withLock { $0.registration }?.cancel()
+    }
+}
+
+/// A registration with a backend; cancel to stop deliveries.
+protocol SignalRegistration: Sendable {
+    func cancel()
+}
+
+/// A platform's implementation of signals.
+protocol SignalBackend: Sendable {
+    func post(_ name: String, state: UInt64?) throws
+    func state(of name: String) throws -> UInt64
+    func register(_ observer: SignalObserver) throws -> any SignalRegistration
+}

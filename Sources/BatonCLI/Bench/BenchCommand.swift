@@ -1,0 +1,248 @@
+import ArgumentParser
+import Baton
+import CBatonShims
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// One benchmark figure beside the raw primitive measured in the same run.
+struct BenchResult: Encodable, Sendable {
+    var name: String
+    var value: Double
+    var unit: String
+    var floorName: String
+    var floor: Double
+    /// `value / floor`.
+    var ratio: Double
+
+    init(name: String, value: Double, unit: String, floorName: String, floor: Double) {
+        self.name = name
+        self.value = value
+        self.unit = unit
+        self.floorName = floorName
+        self.floor = floor
+        self.ratio = floor == 0 ? 0 : value / floor
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, value, unit, floor, ratio
+        case floorName = "floor_name"
+    }
+}
+
+/// What every suite prints: `{"suite": NAME, "results": [...]}` plus run facts.
+struct BenchReport: Encodable, Sendable {
+    var suite: String
+    var results: [BenchResult]
+    var build: String
+    var notes: [String: String]
+}
+
+/// A benchmark suite: `baton bench NAME`. Workers run as `baton bench-worker NAME ...`.
+protocol BenchSuite {
+    static var name: String { get }
+    /// Runs the suite in a fresh temporary container; returns results and free-form notes.
+    static func run(container: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String])
+    /// Runs one worker process of the suite (spawned by `run`).
+    static func worker(arguments: [String], container: String) async throws
+}
+
+/// Every suite, by name. Each area adds its own here.
+let benchSuites: [any BenchSuite.Type] = [
+    SignalsBench.self,
+]
+
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Run a benchmark suite (use a release build: swift run -c release baton bench SUITE --json).",
+        discussion: "Suites: \(benchSuites.map { $0.name }.joined(separator: ", ")). Each figure is printed beside the raw primitive measured in the same run, with ratio = value / floor."
+    )
+
+    @Argument(help: "The suite to run.") var suite: String
+    @Flag(help: "Print one JSON object.") var json = false
+    @Flag(help: "Fewer iterations (for smoke tests).") var quick = false
+    @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
+
+    func run() async throws {
+        guard let type = benchSuites.first(where: { $0.name == suite }) else {
+            throw ValidationError("unknown suite \(suite); choose one of: \(benchSuites.map { $0.name }.joined(separator: ", "))")
+        }
+        #if DEBUG
+        let build = "debug"
+        FileHandleOutput.standardError("warning: this is a debug build; measure with `swift run -c release baton bench \(suite)`")
+        #else
+        let build = "release"
+        #endif
+        let directory = try container ?? makeTemporaryDirectory(prefix: "baton-bench")
+        defer { if container == nil { removeTree(directory) } }
+        let (results, notes) = try await type.run(container: directory, quick: quick)
+        let report = BenchReport(suite: suite, results: results, build: build, notes: notes)
+        if json {
+            emit(try jsonLine(report))
+        } else {
+            emit("suite \(suite) (\(build) build)")
+            for result in results {
+                emit("  \(result.name): \(fixed(result.value)) \(result.unit)   floor \(result.floorName): \(fixed(result.floor))   ratio \(fixed(result.ratio))")
+            }
+            for (key, value) in notes.sorted(by: { $0.key < $1.key }) { emit("  note \(key): \(value)") }
+        }
+    }
+}
+
+struct BenchWorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench-worker", abstract: "A worker process of a benchmark suite (internal).", shouldDisplay: false)
+    @Argument var suite: String
+    @Option var container: String
+    @Argument(parsing: .captureForPassthrough) var arguments: [String] = []
+
+    func run() async throws {
+        guard let type = benchSuites.first(where: { $0.name == suite }) else {
+            throw ValidationError("unknown suite \(suite)")
+        }
+        try await type.worker(arguments: arguments, container: container)
+    }
+}
+
+enum FileHandleOutput {
+    static func standardError(_ line: String) {
+        var text = line + "\n"
+        text.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+}
+
+// MARK: - Measurement helpers
+
+/// Nanoseconds on CLOCK_MONOTONIC (comparable across processes).
+@inline(__always) func monotonicNanoseconds() -> UInt64 { baton_monotonic_ns() }
+
+/// A number with two decimals.
+func fixed(_ value: Double) -> String {
+    guard value.isFinite else { return "\(value)" }
+    let scaled = (value * 100).rounded()
+    let whole = Int(scaled / 100)
+    let fraction = Int(abs(scaled).truncatingRemainder(dividingBy: 100))
+    return "\(scaled < 0 && whole == 0 ? "-" : "")\(whole).\(fraction < 10 ? "0" : "")\(fraction)"
+}
+
+/// The `p`-th percentile (0...100) of `samples`, by nearest rank.
+func percentile(_ samples: [Double], _ p: Double) -> Double {
+    guard !samples.isEmpty else { return .nan }
+    let sorted = samples.sorted()
+    let rank = Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1
+    return sorted[min(max(rank, 0), sorted.count - 1)]
+}
+
+func makeTemporaryDirectory(prefix: String) throws -> String {
+    let base = environment("TMPDIR") ?? "/tmp"
+    var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
+    guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+        throw BatonError(.systemCallFailed, "mkdtemp failed in \(base)")
+    }
+    return String(cString: result)
+}
+
+func removeTree(_ path: String) {
+    _ = try? FileManager.default.removeItem(atPath: path)
+}
+
+/// The path of this executable, to spawn workers of itself.
+func selfExecutable() -> String {
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    if count > 0 { return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+    return CommandLine.arguments[0]
+}
+
+/// A worker child process for benchmarks: `baton bench-worker SUITE --container DIR ARGS...`.
+/// Its standard input and output are pipes; it is SIGKILLed and reaped on deinit.
+final class WorkerProcess {
+    let pid: pid_t
+    let input: Int32
+    let output: Int32
+
+    init(suite: String, container: String, arguments: [String]) throws {
+        var toChild: [Int32] = [0, 0]
+        var fromChild: [Int32] = [0, 0]
+        guard pipe(&toChild) == 0, pipe(&fromChild) == 0 else {
+            throw BatonError(.systemCallFailed, "pipe failed")
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        for fd in [toChild[0], toChild[1], fromChild[0], fromChild[1]] {
+            posix_spawn_file_actions_addclose(&actions, fd)
+        }
+        let executable = selfExecutable()
+        let argv = ([executable, "bench-worker", "--container", container, suite] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        setenv("BATON_DIE_WITH_PARENT", "1", 1)
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        close(toChild[0])
+        close(fromChild[1])
+        guard result == 0 else { throw BatonError(.systemCallFailed, "posix_spawn failed with \(result)") }
+        self.pid = pid
+        self.input = toChild[1]
+        self.output = fromChild[0]
+    }
+
+    /// Writes one line to the worker's standard input.
+    func send(_ line: String) {
+        var text = line + "\n"
+        text.withUTF8 { _ = write(input, $0.baseAddress, $0.count) }
+    }
+
+    /// Waits for the worker's `ready` line.
+    func waitReady() throws {
+        let line = receiveLine()
+        guard line == "ready" else {
+            throw BatonError(.invalidArgument, "bench worker \(pid) did not start (said \(line ?? "nothing"))")
+        }
+    }
+
+    /// Reads one line from the worker's standard output (blocking; benchmarks only).
+    func receiveLine() -> String? {
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(output, &byte, 1) == 1 {
+            if byte == 10 { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+        return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
+    }
+
+    func kill(_ signal: Int32 = SIGKILL) { _ = Glibc.kill(pid, signal) }
+
+    /// Waits for exit and returns the raw wait status.
+    @discardableResult
+    func wait() -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return status
+    }
+
+    deinit {
+        _ = Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+        close(input)
+        close(output)
+    }
+}
+
+/// Reads one line from standard input (blocking; bench workers only).
+func readStandardInputLine() -> String? {
+    var bytes: [UInt8] = []
+    var byte: UInt8 = 0
+    while read(0, &byte, 1) == 1 {
+        if byte == 10 { return String(decoding: bytes, as: UTF8.self) }
+        bytes.append(byte)
+    }
+    return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
+}

@@ -1,0 +1,191 @@
+import Baton
+import CBatonShims
+
+/// `baton bench signals`: post-to-wake latency between two processes and the fan-out to 16
+/// watchers, beside a raw futex ping-pong, a raw futex wake of 16 sleepers and a pipe ping-pong
+/// measured in the same run.
+enum SignalsBench: BenchSuite {
+    static let name = "signals"
+    static let shmName = "bench-signals.shm"
+    static let fanout = 16
+
+    // Layout of the shared bench page.
+    static let pingOffset = 0, fanOffset = 64, doneOffset = 128, stampOffset = 192, slotsOffset = 256
+
+    static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
+        let container = try SharedContainer(path: path)
+        let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
+        let rounds = quick ? 2_000 : 20_000
+        let fanRounds = quick ? 50 : 300
+
+        let futexOneWay = try pingPongFutex(container: path, shm: shm, rounds: rounds)
+        let pipeOneWay = try pingPongPipe(container: path, rounds: rounds)
+        let signalOneWay = try await pingPongSignals(container: container, path: path, rounds: rounds)
+        let fanFutex = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "futex-fan", post: {
+            baton_add32(word(shm, fanOffset), 1)
+            _ = baton_futex_wake_all(word(shm, fanOffset))
+        })
+        let signals = try container.signals
+        let fanSignals = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "signal-fan", post: {
+            try signals.post("bench.fan", state: monotonicNanoseconds())
+        })
+
+        let futexP50 = percentile(futexOneWay, 50), futexP99 = percentile(futexOneWay, 99)
+        let results = [
+            BenchResult(name: "post_to_wake_p50_us", value: percentile(signalOneWay, 50), unit: "us", floorName: "futex_pingpong_p50_us", floor: futexP50),
+            BenchResult(name: "post_to_wake_p99_us", value: percentile(signalOneWay, 99), unit: "us", floorName: "futex_pingpong_p99_us", floor: futexP99),
+            BenchResult(name: "fanout16_last_wake_p50_us", value: percentile(fanSignals, 50), unit: "us", floorName: "futex_wake16_last_p50_us", floor: percentile(fanFutex, 50)),
+            BenchResult(name: "fanout16_last_wake_p99_us", value: percentile(fanSignals, 99), unit: "us", floorName: "futex_wake16_last_p99_us", floor: percentile(fanFutex, 99)),
+            BenchResult(name: "pipe_pingpong_p50_us", value: percentile(pipeOneWay, 50), unit: "us", floorName: "futex_pingpong_p50_us", floor: futexP50),
+        ]
+        return (results, [
+            "method": "one-way latency = round trip / 2 between two processes (\(rounds) rounds after warm-up); fan-out = time until the last of \(fanout) sleeping processes wakes (\(fanRounds) rounds)",
+            "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+        ])
+    }
+
+    static func word(_ shm: MappedFile, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
+        shm.pointer.advanced(by: offset).assumingMemoryBound(to: UInt32.self)
+    }
+
+    static func waitUntil(_ pointer: UnsafeMutablePointer<UInt32>, equals target: UInt32) {
+        while true {
+            let value = baton_load32(pointer)
+            if value == target { return }
+            _ = baton_futex_wait(pointer, value, -1)
+        }
+    }
+
+    // MARK: Ping-pongs
+
+    private static func pingPongFutex(container: String, shm: MappedFile, rounds: Int) throws -> [Double] {
+        let ping = word(shm, pingOffset)
+        baton_store32(ping, 0)
+        let worker = try WorkerProcess(suite: name, container: container, arguments: ["futex-pong"])
+        try worker.waitReady()
+        var samples: [Double] = []
+        samples.reserveCapacity(rounds)
+        let warmup = rounds / 10
+        var value: UInt32 = 0
+        for index in 0..<(rounds + warmup) {
+            let start = monotonicNanoseconds()
+            value &+= 1
+            baton_store32(ping, value)
+            _ = baton_futex_wake_all(ping)
+            value &+= 1
+            waitUntil(ping, equals: value)
+            if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+        }
+        return samples
+    }
+
+    private static func pingPongPipe(container: String, rounds: Int) throws -> [Double] {
+        let worker = try WorkerProcess(suite: name, container: container, arguments: ["pipe-pong"])
+        try worker.waitReady()
+        var samples: [Double] = []
+        let warmup = rounds / 10
+        var byte: UInt8 = 1
+        for index in 0..<(rounds + warmup) {
+            let start = monotonicNanoseconds()
+            _ = write(worker.input, &byte, 1)
+            _ = read(worker.output, &byte, 1)
+            if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+        }
+        return samples
+    }
+
+    private static func pingPongSignals(container: SharedContainer, path: String, rounds: Int) async throws -> [Double] {
+        let signals = try container.signals
+        let pongs = try signals.observe("bench.pong")
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["signal-pong"])
+        try worker.waitReady()
+        var samples: [Double] = []
+        let warmup = rounds / 10
+        for index in 0..<(rounds + warmup) {
+            let start = monotonicNanoseconds()
+            try signals.post("bench.ping", state: UInt64(index))
+            _ = try await pongs.next(deadline: .after(.seconds(5)))
+            if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+        }
+        return samples
+    }
+
+    // MARK: Fan-out
+
+    private static func fanOut(container: String, shm: MappedFile, rounds: Int, mode: String, post: () throws -> Void) throws -> [Double] {
+        let done = word(shm, doneOffset)
+        baton_store32(done, 0)
+        let workers = try (0..<fanout).map { index in
+            try WorkerProcess(suite: name, container: container, arguments: [mode, String(index)])
+        }
+        for worker in workers { try worker.waitReady() }
+        var samples: [Double] = []
+        let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
+        for round in 1...(rounds + 5) {
+            usleep(2_000) // let every worker go back to sleep
+            baton_store64(stamp, monotonicNanoseconds())
+            try post()
+            waitUntil(done, equals: UInt32(round * fanout))
+            if round > 5 {
+                let last = (0..<fanout).map { baton_load64(shm.pointer.advanced(by: slotsOffset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }.max()!
+                samples.append(Double(last) / 1_000)
+            }
+        }
+        return samples
+    }
+
+    // MARK: Workers
+
+    static func worker(arguments: [String], container path: String) async throws {
+        let container = try SharedContainer(path: path)
+        let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
+        switch arguments.first {
+        case "futex-pong":
+            let ping = word(shm, pingOffset)
+            emit("ready")
+            var value: UInt32 = 0
+            while true {
+                value &+= 1
+                waitUntil(ping, equals: value)
+                value &+= 1
+                baton_store32(ping, value)
+                _ = baton_futex_wake_all(ping)
+            }
+        case "pipe-pong":
+            emit("ready")
+            var byte: UInt8 = 0
+            while read(0, &byte, 1) == 1 { _ = write(1, &byte, 1) }
+        case "signal-pong":
+            let signals = try container.signals
+            let pings = try signals.observe("bench.ping")
+            emit("ready")
+            for await delivery in pings { try signals.post("bench.pong", state: delivery.state) }
+        case "futex-fan", "signal-fan":
+            let index = Int(arguments[1])!
+            let slot = shm.pointer.advanced(by: slotsOffset + index * 8).assumingMemoryBound(to: UInt64.self)
+            let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
+            let done = word(shm, doneOffset)
+            func report() {
+                baton_store64(slot, monotonicNanoseconds() &- baton_load64(stamp))
+                baton_add32(done, 1)
+                _ = baton_futex_wake_all(done)
+            }
+            if arguments[0] == "futex-fan" {
+                let fan = word(shm, fanOffset)
+                var seen = baton_load32(fan)
+                emit("ready")
+                while true {
+                    _ = baton_futex_wait(fan, seen, -1)
+                    let now = baton_load32(fan)
+                    if now != seen { seen = now; report() }
+                }
+            } else {
+                let observation = try container.signals.observe("bench.fan")
+                emit("ready")
+                for await _ in observation { report() }
+            }
+        default:
+            throw BatonError(.invalidArgument, "unknown signals worker \(arguments)")
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import ArgumentParser
+import Baton
+
+struct SignalCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signal",
+        abstract: "Post and watch cross-process signals.",
+        subcommands: [Post.self, Watch.self]
+    )
+
+    struct Post: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Ring a signal, optionally setting its state.")
+        @OptionGroup var options: ContainerOptions
+        @Argument(help: "The signal name (1-128 bytes).") var name: String
+        @Option(help: "A 64-bit state to set before ringing.") var state: UInt64?
+
+        func run() async throws {
+            let signals = try options.open().signals
+            if let state { try signals.post(name, state: state) } else { try signals.post(name) }
+        }
+    }
+
+    struct Watch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print one line per delivery: NAME state=N. Exits 0 after --count deliveries, 1 on timeout.")
+        @OptionGroup var options: ContainerOptions
+        @Argument(help: "The signal name.") var name: String
+        @Option(help: "Exit after this many deliveries.") var count: Int?
+        @Option(help: "Exit with status 1 after this many seconds without finishing.") var timeout: Double?
+        @Flag(help: "Print 'ready' once observing (for scripts and tests).") var announce = false
+
+        func run() async throws {
+            let signals = try options.open().signals
+            let observation = try signals.observe(name)
+            if announce { emit("ready") }
+            let deadline = timeout.map { Deadline.seconds($0) } ?? .never
+            var delivered = 0
+            while count.map({ delivered < $0 }) ?? true {
+                do {
+                    let delivery = try await observation.next(deadline: deadline)
+                    delivered += 1
+                    emit("\(delivery.name) state=\(delivery.state)")
+                } catch let error as BatonError where error.code == .timedOut {
+                    throw ExitCode(1)
+                }
+            }
+        }
+    }
+}
