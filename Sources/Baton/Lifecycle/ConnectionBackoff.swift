@@ -13,6 +13,9 @@ public struct ConnectionBackoff: Sendable, Hashable {
     public var multiplier: Double
     /// How long a connection must stay up for the next drop to count as a fresh start.
     public var stablePeriod: Duration
+    /// Whether delays are drawn uniformly below the cap (full jitter, the default) or are
+    /// exactly the cap (for tests and single clients).
+    public var jitter: Bool
 
     /// Creates a policy. Negative durations count as zero, a multiplier below 1 as 1, and a
     /// maximum below the initial delay as the initial delay.
@@ -21,12 +24,15 @@ public struct ConnectionBackoff: Sendable, Hashable {
     ///   - maximumDelay: The largest cap (default 60 s).
     ///   - multiplier: Growth of the cap per attempt (default 2).
     ///   - stablePeriod: Up-time after which a drop resets the count (default 10 s).
+    ///   - jitter: Full jitter (default) or exact caps.
     public init(
         initialDelay: Duration = .milliseconds(250),
         maximumDelay: Duration = .seconds(60),
         multiplier: Double = 2,
-        stablePeriod: Duration = .seconds(10)
+        stablePeriod: Duration = .seconds(10),
+        jitter: Bool = true
     ) {
+        self.jitter = jitter
         let initial = Swift.max(initialDelay, .zero)
         self.initialDelay = initial
         self.maximumDelay = Swift.max(maximumDelay, initial)
@@ -50,7 +56,8 @@ public struct ConnectionBackoff: Sendable, Hashable {
         return .nanoseconds(Int64((Swift.min(cap, maximum) * 1e9).rounded()))
     }
 
-    /// A random delay before attempt `attempt`, uniform in `0...cap(forAttempt:)`.
+    /// The delay before attempt `attempt`: uniform in `0...cap(forAttempt:)` with jitter, else
+    /// the cap itself.
     /// - Parameters:
     ///   - attempt: Attempts made since the last stable connection.
     ///   - generator: The source of randomness.
@@ -58,6 +65,7 @@ public struct ConnectionBackoff: Sendable, Hashable {
     public func delay(forAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
         let cap = cap(forAttempt: attempt).nanoseconds
         guard cap > 0 else { return .zero }
+        guard jitter else { return .nanoseconds(cap) }
         return .nanoseconds(Int64.random(in: 0...cap, using: &generator))
     }
 
