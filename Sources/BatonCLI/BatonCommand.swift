@@ -10,6 +10,7 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
+            LockCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
