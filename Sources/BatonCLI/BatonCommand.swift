@@ -10,6 +10,8 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
+            DatabaseCommand.self,
+            DatabaseTestCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]

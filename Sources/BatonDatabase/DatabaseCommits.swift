@@ -23,50 +23,41 @@ public struct DatabaseCommit: Sendable, Hashable {
 extension SharedDatabase {
     /// The commits of every process, as they happen: Baton writers' commits that changed rows
     /// (of `table` when given) at once, and external writes (any table) within
-    /// ``Configuration/externalChangePollInterval``.
+    /// ``Configuration/externalChangePollInterval``. Observing starts when this returns.
     /// - Parameter table: Only commits that changed this table (external writes are always
     ///   reported: which table they changed is unknown).
     /// - Returns: An asynchronous sequence; iterate it from one task.
-    public func commits(table: String? = nil) -> DatabaseCommits {
-        DatabaseCommits(database: self, signal: table.map(tableSignal) ?? commitSignal)
+    /// - Throws: `suspended`, or a signal table error.
+    public func commits(table: String? = nil) async throws -> DatabaseCommits {
+        var watch = try ChangeWatch(database: self, signal: table.map(tableSignal) ?? commitSignal)
+        try await watch.rebaseline()
+        return DatabaseCommits(watch: watch)
     }
 }
 
 /// The commits of a shared database: see ``SharedDatabase/commits(table:)``.
 public struct DatabaseCommits: AsyncSequence, Sendable {
     public typealias Element = DatabaseCommit
-    let database: SharedDatabase
-    let signal: String
+    let watch: ChangeWatch
 
-    public func makeAsyncIterator() -> Iterator { Iterator(database: database, signal: signal) }
+    public func makeAsyncIterator() -> Iterator { Iterator(watch: watch, lastSequence: watch.lastSequence) }
 
     /// Iterates commits.
     public struct Iterator: AsyncIteratorProtocol {
-        let database: SharedDatabase
-        let signal: String
-        var watch: ChangeWatch?
-        var lastSequence: UInt64 = 0
+        var watch: ChangeWatch
+        var lastSequence: UInt64
 
         public mutating func next() async throws -> DatabaseCommit? {
-            if watch == nil {
-                var fresh = try ChangeWatch(database: database, signal: signal)
-                try await fresh.rebaseline()
-                lastSequence = fresh.lastSequence
-                watch = fresh
-            }
             while true {
                 try Task.checkCancellation()
-                guard var current = watch else { return nil }
-                let change = try await current.nextChange()
-                watch = current
-                switch change {
+                switch try await watch.nextChange() {
                 case .external:
                     return DatabaseCommit(sequence: nil, count: 1, processID: nil)
                 case .commit(let sequence):
                     guard sequence > lastSequence else { continue }
                     let count = Int(sequence - lastSequence)
                     lastSequence = sequence
-                    return DatabaseCommit(sequence: sequence, count: count, processID: database.writerQueue.lastSequencePID)
+                    return DatabaseCommit(sequence: sequence, count: count, processID: watch.database.writerQueue.lastSequencePID)
                 }
             }
         }
