@@ -156,6 +156,18 @@ public final class TicketLock: Sendable {
         }
     }
 
+    /// Takes the lock only if nobody holds or waits for it; never blocks.
+    /// - Returns: The held ticket, or `nil` when another ticket is outstanding.
+    public func tryAcquire() -> Ticket? {
+        let next = word32(Self.nextOffset)
+        let number = baton_load32(next)
+        guard baton_load32(word32(Self.servingOffset)) == number, baton_cas32(next, number, number &+ 1) != 0 else {
+            return nil
+        }
+        baton_store64(owner(number), UInt64(number) << 32 | UInt64(UInt32(bitPattern: getpid())))
+        return Ticket(number: number)
+    }
+
     private func takeTicket() -> UInt32 {
         let number = baton_add32(word32(Self.nextOffset), 1)
         baton_store64(owner(number), UInt64(number) << 32 | UInt64(UInt32(bitPattern: getpid())))

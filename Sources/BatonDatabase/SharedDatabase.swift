@@ -6,6 +6,7 @@ import Foundation
 import Baton
 import CBatonShims
 import GRDB
+import GRDBSQLite
 import Synchronization
 
 /// One SQLite database (GRDB, WAL mode) shared by the processes of a ``SharedContainer``.
@@ -49,6 +50,9 @@ public final class SharedDatabase: Sendable {
 
     let writerQueue: TicketLock
     let interruption = InterruptionFlag()
+    /// Writer-connection accesses of this process in flight (writes, data_version checks): the
+    /// fast path runs only when there are none, so GRDB's writer queue is idle.
+    private let writerAccesses = Atomic<Int>(0)
     private let state = Mutex(State())
 
     private struct State {
@@ -262,6 +266,75 @@ public final class SharedDatabase: Sendable {
     private func performWrite<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
         let pool = try enter(writing: true)
         defer { leave() }
+        // Fast path: when no writer of any process is queued and this process's writer
+        // connection is idle, write on the calling thread. It cannot block for long: the queue
+        // is free, and SQLite's lock is tried without waiting (busy timeout 0); if a connection
+        // that does not use Baton holds it, fall back to the queued path.
+        if writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
+            defer { writerAccesses.subtract(1, ordering: .releasing) }
+            if let ticket = writerQueue.tryAcquire() {
+                // A synchronous function, so that GRDB's synchronous (same-thread) access is used.
+                func writeHere() throws -> FastOutcome<T> {
+                    try pool.writeWithoutTransaction { db in
+                        try self.immediateTransaction(db, ticket: ticket, fence: fence, body)
+                    }
+                }
+                do {
+                    if case .done(let value) = try writeHere() { return value }
+                } catch {
+                    throw translate(error)
+                }
+            }
+        } else {
+            writerAccesses.add(1, ordering: .acquiringAndReleasing)
+            return try await queuedWrite(pool, fence: fence, body, counted: true)
+        }
+        writerAccesses.add(1, ordering: .acquiringAndReleasing)
+        return try await queuedWrite(pool, fence: fence, body, counted: true)
+    }
+
+    private enum FastOutcome<T> {
+        case done(T)
+        case lockedByAnotherProgram
+    }
+
+    /// The fast path's transaction, on the calling thread, holding `ticket`.
+    private func immediateTransaction<T>(
+        _ db: Database,
+        ticket: TicketLock.Ticket,
+        fence: (any Fence)?,
+        _ body: (Database) throws -> T
+    ) throws -> FastOutcome<T> {
+        defer { writerQueue.release(ticket) }
+        if interruption.isSet { throw suspendedError("write to") }
+        sqlite3_busy_timeout(db.sqliteConnection, 0)
+        defer { sqlite3_busy_timeout(db.sqliteConnection, Int32(clamping: Int64(configuration.busyTimeout.timeInterval * 1000))) }
+        var result: T?
+        var began = false
+        do {
+            try db.inTransaction(.immediate) {
+                began = true
+                if let fence { try FenceTable.check(fence, in: db) }
+                result = try body(db)
+                return .commit
+            }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && !began {
+            return .lockedByAnotherProgram
+        }
+        guard let result else {
+            throw BatonError(.invalidArgument, "the write transaction ended without running its body")
+        }
+        return .done(result)
+    }
+
+    /// The queued path: on GRDB's writer queue, wait for a ticket, then write.
+    private func queuedWrite<T: Sendable>(
+        _ pool: DatabasePool,
+        fence: (any Fence)?,
+        _ body: @Sendable (Database) throws -> T,
+        counted: Bool
+    ) async throws -> T {
+        defer { if counted { writerAccesses.subtract(1, ordering: .releasing) } }
         let cancelled = InterruptionFlag()
         do {
             return try await withTaskCancellationHandler {
@@ -438,6 +511,8 @@ public final class SharedDatabase: Sendable {
     func dataVersion() async throws -> DataVersion {
         let pool = try enter(writing: false)
         defer { leave() }
+        writerAccesses.add(1, ordering: .acquiringAndReleasing)
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
         do {
             let value = try await pool.writeWithoutTransaction { db in
                 try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0

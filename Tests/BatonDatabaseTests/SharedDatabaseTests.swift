@@ -66,6 +66,8 @@ struct SharedDatabaseTests {
             #expect(try await count(database, "SELECT count(DISTINCT seq) FROM item WHERE writer = \(writer)") == 2_000)
         }
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
+        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        #expect(wal <= 5 << 20, "the WAL stays bounded (\(wal) bytes)")
     }
 
     @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
@@ -88,6 +90,30 @@ struct SharedDatabaseTests {
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")
         try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 0)") }
+    }
+
+    @Test("a write that cannot get its turn throws busy, saying who holds the database")
+    func busyNamesTheHolder() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "in-transaction" }
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .milliseconds(300)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        do {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (9, 9)") }
+            Issue.record("a write succeeded while another process held the database")
+        } catch let error as BatonError {
+            #expect(error.code == .busy)
+            #expect((error.cause as? HolderProcess)?.pid == holder.pid, "\(error)")
+            #expect(error.message.contains("\(holder.pid)"))
+        }
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (9, 9)") }
+        #expect(try await count(database) == 1)
     }
 
     @Test("8 processes open a new database at once: all succeed, the schema is created once")

@@ -108,7 +108,7 @@ enum DatabaseBench: BenchSuite {
         for round in 0..<(rounds + warmup) {
             if let database {
                 try await database.write { db in
-                    try db.execute(sql: "INSERT INTO bench(writer, stamp) VALUES (-1, ?)", arguments: [Int64(bitPattern: monotonicNanoseconds())])
+                    try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (-1, ?)").execute(arguments: [Int64(bitPattern: monotonicNanoseconds())])
                 }
             } else if let raw {
                 try raw.insert(writer: -1, stampNow: true)
@@ -145,7 +145,7 @@ enum DatabaseBench: BenchSuite {
                 let begin = monotonicNanoseconds()
                 if let database {
                     try await database.write { db in
-                        try db.execute(sql: "INSERT INTO bench(writer, stamp) VALUES (?, ?)", arguments: [writer, Int64(bitPattern: begin)])
+                        try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (?, ?)").execute(arguments: [writer, Int64(bitPattern: begin)])
                     }
                 } else if let raw {
                     try raw.insert(writer: writer, stampNow: false, stamp: begin)
