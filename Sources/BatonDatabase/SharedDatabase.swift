@@ -309,22 +309,27 @@ public final class SharedDatabase: Sendable {
         if interruption.isSet { throw suspendedError("write to") }
         sqlite3_busy_timeout(db.sqliteConnection, 0)
         defer { sqlite3_busy_timeout(db.sqliteConnection, Int32(clamping: Int64(configuration.busyTimeout.timeInterval * 1000))) }
-        var result: T?
-        var began = false
         do {
-            try db.inTransaction(.immediate) {
-                began = true
-                if let fence { try FenceTable.check(fence, in: db) }
-                result = try body(db)
-                return .commit
-            }
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && !began {
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
             return .lockedByAnotherProgram
         }
-        guard let result else {
-            throw BatonError(.invalidArgument, "the write transaction ended without running its body")
+        return .done(try finishTransaction(db, fence: fence, body))
+    }
+
+    /// Runs the fence check and `body` in the transaction `db` has begun, then commits; rolls
+    /// back when either throws. (Cached `BEGIN`/`COMMIT` statements: GRDB's `inTransaction`
+    /// parses them on every call.)
+    private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T {
+        do {
+            if let fence { try FenceTable.check(fence, in: db) }
+            let result = try body(db)
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
         }
-        return .done(result)
     }
 
     /// The queued path: on GRDB's writer queue, wait for a ticket, then write.
@@ -364,14 +369,9 @@ public final class SharedDatabase: Sendable {
         }
         defer { writerQueue.release(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
-        var result: T?
         let started = ContinuousClock.now
         do {
-            try db.inTransaction(.immediate) {
-                if let fence { try FenceTable.check(fence, in: db) }
-                result = try body(db)
-                return .commit
-            }
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
             let waited = Int((ContinuousClock.now - started).timeInterval * 1000)
             throw BatonError(
@@ -380,10 +380,7 @@ public final class SharedDatabase: Sendable {
                 cause: error
             )
         }
-        guard let result else {
-            throw BatonError(.invalidArgument, "the write transaction ended without running its body")
-        }
-        return result
+        return try finishTransaction(db, fence: fence, body)
     }
 
     // MARK: - Operations and suspension
