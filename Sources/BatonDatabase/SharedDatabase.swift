@@ -6,7 +6,6 @@ import Foundation
 import Baton
 import CBatonShims
 import GRDB
-import GRDBSQLite
 import Synchronization
 
 /// One SQLite database (GRDB, WAL mode) shared by the processes of a ``SharedContainer``.
@@ -53,6 +52,8 @@ public final class SharedDatabase: Sendable {
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
     private let writerAccesses = Atomic<Int>(0)
+    /// Set while the fast path begins its transaction: SQLite's lock is then tried once.
+    let fastPathActive = InterruptionFlag()
     private let state = Mutex(State())
 
     private struct State {
@@ -193,7 +194,9 @@ public final class SharedDatabase: Sendable {
     func makePool() throws -> DatabasePool {
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
-        grdb.busyMode = .timeout(configuration.busyTimeout.timeInterval)
+        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, fastPath: fastPathActive).shouldRetry)
+        // (The fast-path flag also reaches readers, which in WAL mode meet a busy lock only
+        // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
         grdb.observesSuspensionNotifications = false
@@ -307,12 +310,16 @@ public final class SharedDatabase: Sendable {
     ) throws -> FastOutcome<T> {
         defer { writerQueue.release(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
-        sqlite3_busy_timeout(db.sqliteConnection, 0)
-        defer { sqlite3_busy_timeout(db.sqliteConnection, Int32(clamping: Int64(configuration.busyTimeout.timeInterval * 1000))) }
+        fastPathActive.set(true)
         do {
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            fastPathActive.set(false)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+            fastPathActive.set(false)
             return .lockedByAnotherProgram
+        } catch {
+            fastPathActive.set(false)
+            throw error
         }
         return .done(try finishTransaction(db, fence: fence, body))
     }
@@ -373,6 +380,7 @@ public final class SharedDatabase: Sendable {
         do {
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+            if interruption.isSet { throw suspendedError("write to") }
             let waited = Int((ContinuousClock.now - started).timeInterval * 1000)
             throw BatonError(
                 .busy,

@@ -184,6 +184,79 @@ struct SharedDatabaseTests {
         #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
     }
 
+    @Test("suspend() abandons a write waiting in the writer queue; the queue goes on")
+    func suspendWhileQueued() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "in-transaction" }
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .seconds(60)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let queued = Task {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        do {
+            try await queued.value
+            Issue.record("the queued write succeeded while another process held the database")
+        } catch let error as BatonError {
+            #expect(error.code == .suspended, "\(error)")
+        }
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        try await database.resume()
+        // Neither the abandoned ticket nor the dead holder's blocks the queue.
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "4"], container: directory.path)
+        #expect(try await writer.wait(timeout: 30) == 0, "writer said: \(writer.lines)")
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 2)") }
+        #expect(try await count(database) == 4)
+    }
+
+    @Test("suspend() interrupts a write waiting for SQLite's lock held by a program that does not use Baton")
+    func suspendWhileBusyInSQLite() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .seconds(60)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        // A plain connection (no Baton) holds the write lock, on a thread of its own.
+        let plain = try DatabaseQueue(path: path)
+        let began = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            try? plain.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                began.signal()
+                release.wait()
+                try db.execute(sql: "ROLLBACK")
+            }
+            finished.signal()
+        }
+        thread.start()
+        began.wait()
+        let blocked = Task {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        do {
+            try await blocked.value
+            Issue.record("a write succeeded while another connection held the write lock")
+        } catch let error as BatonError {
+            #expect(error.code == .suspended, "\(error)")
+        }
+        release.signal()
+        finished.wait()
+        try plain.close()
+        try await database.resume()
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 2)") }
+        #expect(try await count(database) == 1)
+    }
+
     @Test("a stale lease's write is rejected and writes nothing")
     func staleFenceIsRejected() async throws {
         let directory = try TemporaryContainer()
