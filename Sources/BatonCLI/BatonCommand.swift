@@ -10,6 +10,7 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
+            LockCommand.self,
             DatabaseCommand.self,
             DatabaseTestCommand.self,
             BenchCommand.self,
