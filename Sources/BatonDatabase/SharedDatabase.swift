@@ -269,31 +269,33 @@ public final class SharedDatabase: Sendable {
     private func performWrite<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
         let pool = try enter(writing: true)
         defer { leave() }
-        // Fast path: when no writer of any process is queued and this process's writer
-        // connection is idle, write on the calling thread. It cannot block for long: the queue
-        // is free, and SQLite's lock is tried without waiting (busy timeout 0); if a connection
-        // that does not use Baton holds it, fall back to the queued path.
-        if writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
-            defer { writerAccesses.subtract(1, ordering: .releasing) }
-            if let ticket = writerQueue.tryAcquire() {
-                // A synchronous function, so that GRDB's synchronous (same-thread) access is used.
-                func writeHere() throws -> FastOutcome<T> {
-                    try pool.writeWithoutTransaction { db in
-                        try self.immediateTransaction(db, ticket: ticket, fence: fence, body)
-                    }
-                }
-                do {
-                    if case .done(let value) = try writeHere() { return value }
-                } catch {
-                    throw translate(error)
-                }
-            }
-        } else {
-            writerAccesses.add(1, ordering: .acquiringAndReleasing)
-            return try await queuedWrite(pool, fence: fence, body, counted: true)
-        }
+        if let value = try fastWrite(pool, fence: fence, body) { return value }
         writerAccesses.add(1, ordering: .acquiringAndReleasing)
-        return try await queuedWrite(pool, fence: fence, body, counted: true)
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        return try await queuedWrite(pool, fence: fence, body)
+    }
+
+    /// The fast path: when no writer of any process holds or waits for the writer queue and
+    /// this process's writer connection is idle, write on the calling thread. It cannot block
+    /// for long: the queue is free, and SQLite's lock is tried once. Returns `nil` when the
+    /// queued path must be taken (someone is queued, or a connection that does not use Baton
+    /// holds SQLite's lock).
+    private func fastWrite<T>(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T? {
+        guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else {
+            return nil
+        }
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        guard let ticket = writerQueue.tryAcquire() else { return nil }
+        do {
+            // GRDB's synchronous access runs on this thread when the writer queue is idle.
+            let outcome = try pool.writeWithoutTransaction { db in
+                try self.immediateTransaction(db, ticket: ticket, fence: fence, body)
+            }
+            if case .done(let value) = outcome { return value }
+            return nil
+        } catch {
+            throw translate(error)
+        }
     }
 
     private enum FastOutcome<T> {
@@ -343,10 +345,8 @@ public final class SharedDatabase: Sendable {
     private func queuedWrite<T: Sendable>(
         _ pool: DatabasePool,
         fence: (any Fence)?,
-        _ body: @Sendable (Database) throws -> T,
-        counted: Bool
+        _ body: @Sendable (Database) throws -> T
     ) async throws -> T {
-        defer { if counted { writerAccesses.subtract(1, ordering: .releasing) } }
         let cancelled = InterruptionFlag()
         do {
             return try await withTaskCancellationHandler {
