@@ -406,6 +406,23 @@ struct SharedDatabaseTests {
         }
     }
 
+    @Test("baton db check reports integrity, journal mode, schema and the processes holding the database")
+    func checkCommand() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let observer = try ChildProcess(["db-test", "observe", path], container: directory.path)
+        try await observer.line(timeout: 30) { $0 == "count 0" }
+        let check = try await runBaton(["db", "check", path, "--json"], container: directory.path)
+        #expect(check.status == 0)
+        let line = try #require(check.lines.first { $0.hasPrefix("{") })
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(report["integrity_ok"] as? Bool == true)
+        #expect(report["journal_mode"] as? String == "wal")
+        #expect(report["migrations"] as? [String] == ["v1"])
+        let holders = try #require(report["holders"] as? [[String: Any]])
+        #expect(holders.contains { ($0["pid"] as? Int) == Int(observer.pid) }, "holders: \(holders)")
+    }
+
     @Test("baton db watch prints the commits of other processes")
     func watchCommand() async throws {
         let directory = try TemporaryContainer()
