@@ -52,8 +52,12 @@ public final class SharedDatabase: Sendable {
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
     private let writerAccesses = Atomic<Int>(0)
+    /// Commits of this process (for the periodic WAL size check).
+    private let localCommits = Atomic<Int>(0)
     /// Set while the fast path begins its transaction: SQLite's lock is then tried once.
     let fastPathActive = InterruptionFlag()
+    /// Set while a writer runs a `RESTART` checkpoint: SQLite's lock waits are kept short.
+    let checkpointing = InterruptionFlag()
     private let state = Mutex(State())
 
     private struct State {
@@ -194,7 +198,7 @@ public final class SharedDatabase: Sendable {
     func makePool() throws -> DatabasePool {
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
-        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, fastPath: fastPathActive).shouldRetry)
+        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, fastPath: fastPathActive, checkpointing: checkpointing).shouldRetry)
         // (The fast-path flag also reaches readers, which in WAL mode meet a busy lock only
         // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
@@ -323,7 +327,9 @@ public final class SharedDatabase: Sendable {
             fastPathActive.set(false)
             throw error
         }
-        return .done(try finishTransaction(db, fence: fence, body))
+        let result = try finishTransaction(db, fence: fence, body)
+        boundWAL(db)
+        return .done(result)
     }
 
     /// Runs the fence check and `body` in the transaction `db` has begun, then commits; rolls
@@ -388,7 +394,25 @@ public final class SharedDatabase: Sendable {
                 cause: error
             )
         }
-        return try finishTransaction(db, fence: fence, body)
+        let result = try finishTransaction(db, fence: fence, body)
+        boundWAL(db)
+        return result
+    }
+
+    /// After a commit, still holding the writer queue: when the WAL file has grown past
+    /// ``Configuration/walRestartSize``, checkpoint with `RESTART` so the next commit starts it
+    /// over (and `journal_size_limit` truncates it). Checked every 32nd commit of this process.
+    /// (Readers whose transactions always overlap keep SQLite's passive checkpoints from ever
+    /// restarting the WAL, so it would grow without bound.)
+    private func boundWAL(_ db: Database) {
+        guard localCommits.add(1, ordering: .relaxed).newValue % 32 == 0 else { return }
+        var info = stat()
+        guard stat(path + "-wal", &info) == 0, Int(info.st_size) > configuration.walRestartSize else { return }
+        // Best effort, waiting at most BusyWait.checkpointTimeout for readers of old snapshots
+        // (the other writers wait meanwhile); a failed attempt is retried 32 commits later.
+        checkpointing.set(true)
+        defer { checkpointing.set(false) }
+        _ = try? db.execute(sql: "PRAGMA wal_checkpoint(RESTART)")
     }
 
     // MARK: - Operations and suspension

@@ -44,6 +44,10 @@ struct FileEpochFence: Fence {
     }
 }
 
+final class Flag: Sendable {
+    let value = Atomic<Bool>(false)
+}
+
 @Suite("Shared database", .serialized)
 struct SharedDatabaseTests {
     @Test("4 processes x 2,000 single-row writes at once: every row present, no error")
@@ -68,6 +72,42 @@ struct SharedDatabaseTests {
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
         let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
         #expect(wal <= 5 << 20, "the WAL stays bounded (\(wal) bytes)")
+    }
+
+    @Test("the WAL stays bounded while readers come and go")
+    func walStaysBoundedUnderReaders() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.checkpointPages = 64
+        configuration.journalSizeLimit = 256 << 10
+        configuration.walRestartSize = 1 << 20
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let stop = Flag()
+        // Two readers whose read transactions always overlap: SQLite's passive checkpoints
+        // alone could never start the WAL over.
+        let readers = (0..<2).map { index in
+            Task {
+                if index == 1 { try await Task.sleep(for: .milliseconds(10)) }
+                while !stop.value.load(ordering: .relaxed) {
+                    try await database.read { db in
+                        _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM item")
+                        usleep(20_000)
+                    }
+                }
+            }
+        }
+        let payload = String(repeating: "x", count: 2_000)
+        for seq in 0..<3_000 {
+            try await database.write { db in
+                try db.execute(sql: "INSERT INTO item(writer, seq, text) VALUES (1, ?, ?)", arguments: [seq, payload])
+            }
+        }
+        stop.value.store(true, ordering: .relaxed)
+        for reader in readers { try await reader.value }
+        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        #expect(wal <= 3 << 20, "WAL is \(wal) bytes after 6 MB of commits")
     }
 
     @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
