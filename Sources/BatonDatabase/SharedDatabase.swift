@@ -453,8 +453,9 @@ public final class SharedDatabase: Sendable {
     /// closes every connection, and makes new reads and writes fail with `suspended`.
     ///
     /// Returns once this process holds no SQLite lock and no Baton lock on the database's files.
-    /// A closure already running keeps running until it returns, but every statement it starts
-    /// fails. Calls nest: each needs a ``resume()``. The container's suspension
+    /// A closure already running is interrupted: its SQL statements fail with `SQLITE_INTERRUPT`
+    /// (`sqlite3_interrupt`, repeated, and a progress handler for long statements), which rolls
+    /// its transaction back; `suspend()` waits until it has returned. Calls nest: each needs a ``resume()``. The container's suspension
     /// (``SharedContainer/suspend()``) suspends the database too.
     public func suspend() async {
         let first = state.withLock { state -> Bool in
