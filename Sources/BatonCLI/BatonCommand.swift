@@ -11,6 +11,8 @@ struct BatonCommand: AsyncParsableCommand {
             SignalCommand.self,
             PresenceCommand.self,
             LockCommand.self,
+            DatabaseCommand.self,
+            DatabaseTestCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
