@@ -145,6 +145,7 @@ struct LifecycleCommand: AsyncParsableCommand {
                 }
                 await TerminationSignal.wait()
                 group.cancelAll()
+                try await group.waitForAll()
             }
         }
 

@@ -31,6 +31,7 @@ final class StateLog: Sendable {
     }
 }
 
+@discardableResult
 /// Runs `body` while `supervisor` runs and its states are logged; stops it afterwards.
 func withSupervisor<C: SupervisedConnection, R: Sendable>(
     _ supervisor: ConnectionSupervisor<C>,
@@ -440,7 +441,9 @@ struct LifecycleTests {
                 try await sensitive.withSensitiveTask("message") { try await Task.sleep(for: .seconds(600)) }
             }
             #expect(error?.code == .expired)
+            try await group.next() // the expiring process's child task (run() never ends by itself)
             group.cancelAll()
+            try await group.waitForAll()
         }
         #expect(container.suspension.isExpired)
     }

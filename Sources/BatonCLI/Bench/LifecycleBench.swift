@@ -184,6 +184,7 @@ enum LifecycleBench: BenchSuite {
                 let end = monotonicNanoseconds()
                 if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
                 group.cancelAll()
+                try await group.waitForAll()
             }
         }
         let handovers = server.records.filter { $0.name == "app" || $0.name == "executor" }
