@@ -277,6 +277,27 @@ struct LifecycleTests {
         #expect(garbage.withUnsafeBytes { NetlinkMessage.parse($0) }.isEmpty)
     }
 
+    @Test func aHangingConnectIsCancelledAtTheConnectTimeout() async throws {
+        let cancelledAttempts = Locked(0)
+        let supervisor = ConnectionSupervisor<LoopbackConnection>(
+            configuration: .init(backoff: ConnectionBackoff(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(20)),
+                                 keepAliveInterval: nil, connectTimeout: .milliseconds(50))
+        ) {
+            do {
+                try await Task.sleep(for: .seconds(600)) // a server that never answers
+            } catch {
+                cancelledAttempts.withLock { $0 += 1 }
+                throw error
+            }
+            throw TestFailure("unreachable")
+        }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("three timed-out attempts") { $0.filter(\.isWaiting).count >= 3 }
+        }
+        #expect(cancelledAttempts.withLock { $0 } >= 3, "each attempt was cancelled, not abandoned")
+        #expect((supervisor.lastError as? BatonError)?.code == .timedOut)
+    }
+
     @Test func keepAlivePingsReachTheServer() async throws {
         let server = try LoopbackServer()
         let port = server.port
