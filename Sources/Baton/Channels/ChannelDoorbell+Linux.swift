@@ -11,19 +11,22 @@ import Synchronization
 /// count while it may be asleep on the shared word, so a ringer makes the `futex_wake` system
 /// call only when someone may be asleep.
 final class ChannelDoorbell: @unchecked Sendable {
-    // @unchecked: `word` and `sleepers` point into the channel header, kept mapped by `mapping`
-    // (the channel log) until after ``shutdown()``; they are touched only with atomics.
+    // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
+    // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
+    // atomics.
     // `idleWord` is private memory touched with atomics. Everything else is in `state` (a Mutex).
     let events = EventCounter()
     private let word: UnsafeMutablePointer<UInt32>
     private let sleepers: UnsafeMutablePointer<UInt32>
     private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     private let threadName: String
+    private let memory: ChannelHeaderMemory
     private let state = Mutex<(interest: Int, started: Bool, shutdown: Bool)>((0, false, false))
 
-    init(word: UnsafeMutablePointer<UInt32>, sleepers: UnsafeMutablePointer<UInt32>, threadName: String) {
-        self.word = word
-        self.sleepers = sleepers
+    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
+        self.memory = memory
+        self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
+        self.sleepers = memory.pointer.advanced(by: sleepers).assumingMemoryBound(to: UInt32.self)
         self.threadName = threadName
         idleWord.initialize(to: 0)
     }
@@ -97,6 +100,33 @@ final class ChannelDoorbell: @unchecked Sendable {
             events.notify()
             _ = baton_futex_wait(word, seen, -1)
         }
+    }
+}
+
+/// The header of a channel (mapped from its file, or allocated for an in-process channel), kept
+/// alive by the channel and by its doorbell threads.
+final class ChannelHeaderMemory: @unchecked Sendable {
+    // @unchecked: immutable; the memory it points to is shared and touched with atomics or
+    // under the channel's robust mutex.
+    let pointer: UnsafeMutableRawPointer
+    let size: Int
+    private let mapped: Bool
+
+    init(mapped pointer: UnsafeMutableRawPointer, size: Int) {
+        self.pointer = pointer
+        self.size = size
+        self.mapped = true
+    }
+
+    init(allocating size: Int) {
+        pointer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 64)
+        pointer.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+        self.size = size
+        mapped = false
+    }
+
+    deinit {
+        if mapped { Sys.munmap(pointer, size: size) } else { pointer.deallocate() }
     }
 }
 #endif

@@ -47,6 +47,7 @@ final class ChannelLog: @unchecked Sendable {
     let readable: ChannelDoorbell
     let writable: ChannelDoorbell
     private let header: UnsafeMutableRawPointer
+    private let headerMemory: ChannelHeaderMemory
     private var data: UnsafeMutableRawPointer
     private var mappedDataSize: Int
     private var slot: Int?
@@ -61,15 +62,15 @@ final class ChannelLog: @unchecked Sendable {
         self.name = "(in-process)"
         self.storage = .memory
         self.container = nil
-        header = UnsafeMutableRawPointer.allocate(byteCount: Self.headerSize, alignment: 64)
-        header.initializeMemory(as: UInt8.self, repeating: 0, count: Self.headerSize)
+        headerMemory = ChannelHeaderMemory(allocating: Self.headerSize)
+        header = headerMemory.pointer
         data = UnsafeMutableRawPointer.allocate(byteCount: Self.initialDataSize, alignment: 64)
         mappedDataSize = Self.initialDataSize
         slot = 0
         let result = baton_robust_mutex_init(header.advanced(by: Self.oMutex))
         precondition(result == 0, "pthread_mutex_init failed with \(result)")
-        readable = ChannelDoorbell(word: Self.word(header, Self.oReadable), sleepers: Self.word(header, Self.oReadableSleepers), threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(word: Self.word(header, Self.oWritable), sleepers: Self.word(header, Self.oWritableSleepers), threadName: "baton-chan-wr")
+        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
         baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
     }
 
@@ -79,7 +80,7 @@ final class ChannelLog: @unchecked Sendable {
         try container.makeDirectory(Self.directoryName)
         let relativePath = Self.directoryName + "/" + name
         let fd = try container.openFile(relativePath, flags: O_RDWR | O_CREAT)
-        var header: UnsafeMutableRawPointer?
+        var headerMemory: ChannelHeaderMemory?
         do {
             try Sys.flock(fd, LOCK_EX).get("locking the channel file \(relativePath) to open it")
             defer { _ = Sys.flock(fd, LOCK_UN) }
@@ -89,7 +90,7 @@ final class ChannelLog: @unchecked Sendable {
                 try Sys.ftruncate(fd, Self.headerSize + Self.initialDataSize).get("creating \(relativePath)")
             }
             let mapped = try Sys.mmap(fd, size: Self.headerSize, writable: true).get("mapping \(relativePath)")
-            header = mapped
+            headerMemory = ChannelHeaderMemory(mapped: mapped, size: Self.headerSize)
             if size < Self.headerSize || baton_load64(Self.dword(mapped, Self.oMagic)) == 0 {
                 let stored = (requested ?? .unbounded).normalized.stored
                 mapped.storeBytes(of: Self.version.littleEndian, toByteOffset: Self.oVersion, as: UInt32.self)
@@ -120,22 +121,22 @@ final class ChannelLog: @unchecked Sendable {
             }
             self.capacity = existing
         } catch {
-            if let header { Sys.munmap(header, size: Self.headerSize) }
             Sys.close(fd)
             throw error
         }
-        self.header = header!
+        let header = headerMemory!.pointer
+        self.headerMemory = headerMemory!
+        self.header = header
         self.name = name
         self.container = container
         self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
-        self.data = header! // replaced below, under the mutex
+        self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
-        readable = ChannelDoorbell(word: Self.word(header!, Self.oReadable), sleepers: Self.word(header!, Self.oReadableSleepers), threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(word: Self.word(header!, Self.oWritable), sleepers: Self.word(header!, Self.oWritableSleepers), threadName: "baton-chan-wr")
+        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
         do {
             try withLock {}
         } catch {
-            Sys.munmap(header!, size: Self.headerSize)
             Sys.close(fd)
             throw error
         }
@@ -160,11 +161,9 @@ final class ChannelLog: @unchecked Sendable {
         if let token = local.withLock({ $0.suspension }) { container?.suspension.unregister(token) }
         switch storage {
         case .memory:
-            header.deallocate()
             data.deallocate()
         case .file(let fd, _, _):
             if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
-            Sys.munmap(header, size: Self.headerSize)
             Sys.close(fd) // also drops the participant lock
         }
     }

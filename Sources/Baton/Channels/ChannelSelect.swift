@@ -97,6 +97,10 @@ public func select<Outcome>(
     try await select(cases, deadline: deadline)
 }
 
+private func timedOut() -> BatonError {
+    BatonError(.timedOut, "no case of the select became possible before the deadline")
+}
+
 /// ``select(_:deadline:)`` over an array of cases.
 public func select<Outcome>(
     _ cases: [ChannelSelectCase<Outcome>],
@@ -117,9 +121,7 @@ public func select<Outcome>(
             if let fire = try cases[(start + step) % cases.count].attempt() { return try await fire() }
         }
         try Task.checkCancellation()
-        if deadline.hasPassed {
-            throw BatonError(.timedOut, "no case of the select became possible before the deadline")
-        }
+        if deadline.hasPassed { throw timedOut() }
         if counted.isEmpty {
             counted = cases.compactMap(\.rendezvousReceiveLog)
             for log in counted { log.adjustWaitingReceivers(1) }
@@ -133,8 +135,8 @@ public func select<Outcome>(
         if offering.isEmpty {
             do {
                 _ = try await ChannelWaits.first(waits)
-            } catch let error as BatonError where error.code == .timedOut && !deadline.hasPassed {
-                continue
+            } catch let error as BatonError where error.code == .timedOut {
+                if deadline.hasPassed { throw timedOut() }
             }
             continue
         }
@@ -145,7 +147,10 @@ public func select<Outcome>(
             _ = try await ChannelWaits.first(waits)
         } catch {
             if try offer.withdraw() {
-                if let error = error as? BatonError, error.code == .timedOut, !deadline.hasPassed { continue }
+                if let error = error as? BatonError, error.code == .timedOut {
+                    if deadline.hasPassed { throw timedOut() }
+                    continue
+                }
                 throw error
             }
             return try await offer.handler()
