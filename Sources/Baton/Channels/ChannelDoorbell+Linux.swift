@@ -4,24 +4,43 @@ import Synchronization
 
 /// A futex word in a channel's header that every state change of one kind rings ("an element
 /// arrived", "room was made"), and the one thread per process and word that sleeps on it while
-/// local tasks wait, turning each wake-up into an ``EventCounter`` notification.
+/// local tasks wait, resuming them when the word moves or their deadline passes.
 ///
-/// Waiting tasks never park a thread: they suspend on ``events``. The thread sleeps on a
-/// private word while no task of this process waits, and counts itself in the header's sleeper
-/// count while it may be asleep on the shared word, so a ringer makes the `futex_wake` system
-/// call only when someone may be asleep.
+/// Waiting tasks never park a thread: they suspend on a continuation. A waiter reads the word
+/// (``snapshot()``) *before* checking its condition and waits for the word to move past that
+/// value, so a change made after the check is never missed. The thread sleeps on a private word
+/// while no task of this process waits, and counts itself in the header's sleeper count while it
+/// may be asleep on the shared word, so a ringer makes the `futex_wake` system call only when
+/// someone may be asleep. Deadlines are the thread's futex timeouts: no timer task per wait.
 final class ChannelDoorbell: @unchecked Sendable {
     // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
     // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
-    // atomics.
-    // `idleWord` is private memory touched with atomics. Everything else is in `state` (a Mutex).
-    let events = EventCounter()
+    // atomics. `idleWord` is private memory touched with atomics. Everything else is in `state`
+    // (a Mutex).
     private let word: UnsafeMutablePointer<UInt32>
     private let sleepers: UnsafeMutablePointer<UInt32>
     private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     private let threadName: String
     private let memory: ChannelHeaderMemory
-    private let state = Mutex<(interest: Int, started: Bool, shutdown: Bool)>((0, false, false))
+
+    private struct Waiter {
+        var seen: UInt32
+        var deadline: ContinuousClock.Instant?
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var waiters: [UInt64: Waiter] = [:]
+        var nextID: UInt64 = 0
+        var started = false
+        var shutdown = false
+        /// The thread sleeps on its private word.
+        var threadIdle = false
+        /// When the thread's futex wait times out (`nil`: never), as last computed.
+        var sleepingUntil: ContinuousClock.Instant?
+    }
+
+    private let state = Mutex(State())
 
     init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
         self.memory = memory
@@ -33,38 +52,76 @@ final class ChannelDoorbell: @unchecked Sendable {
 
     deinit { idleWord.deallocate() }
 
+    /// A ring adds `ringStep` to the word; a kick (which only makes the threads re-read their
+    /// deadlines) adds 1. Waiters compare the word divided by `ringStep`.
+    private static let ringStep: UInt32 = 256
+
+    /// The doorbell's ring count: read it before checking the condition you will wait for.
+    func snapshot() -> UInt32 { baton_load32(word) / Self.ringStep }
+
     /// Rings the doorbell: call after the state change is visible (after unlocking).
     func ring() {
-        baton_add32(word, 1)
+        baton_add32(word, Self.ringStep)
         if baton_load32(sleepers) > 0 { _ = baton_futex_wake_all(word) }
     }
 
-    /// Waits until the doorbell rings after `seen` (a snapshot of ``events`` taken before the
-    /// caller checked its condition).
+    /// Makes the sleeping threads re-read their deadlines, without waking any waiter.
+    private func kick() {
+        baton_add32(word, 1)
+        _ = baton_futex_wake_all(word)
+    }
+
+    /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
+    /// its condition).
     /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
-    func wait(after seen: UInt64, deadline: Deadline) async throws {
-        beginInterest()
-        defer { endInterest() }
-        try await events.wait(after: seen, deadline: deadline)
+    func wait(after seen: UInt32, deadline: Deadline) async throws {
+        try Task.checkCancellation()
+        if let instant = deadline.instant, ContinuousClock.now >= instant {
+            if snapshot() != seen { return }
+            throw Self.timedOut()
+        }
+        let id = state.withLock { state -> UInt64 in
+            state.nextID &+= 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (outcome, start, wake, kick) = state.withLock { state -> (Result<Void, any Error>?, Bool, Bool, Bool) in
+                    if Task.isCancelled { return (.failure(CancellationError()), false, false, false) }
+                    if snapshot() != seen { return (.success(()), false, false, false) }
+                    state.waiters[id] = Waiter(seen: seen, deadline: deadline.instant, continuation: continuation)
+                    let start = !state.started
+                    state.started = true
+                    let wake = state.threadIdle
+                    state.threadIdle = false
+                    var kick = false
+                    if !start, !wake, let instant = deadline.instant, state.sleepingUntil.map({ instant < $0 }) ?? true {
+                        state.sleepingUntil = instant
+                        kick = true
+                    }
+                    return (nil, start, wake, kick)
+                }
+                if let outcome {
+                    continuation.resume(with: outcome)
+                    return
+                }
+                if start {
+                    KernelThread.spawn(name: threadName) { [self] in self.run() }
+                } else if wake {
+                    baton_add32(idleWord, 1)
+                    _ = baton_futex_wake_all(idleWord)
+                } else if kick {
+                    self.kick()
+                }
+            }
+        } onCancel: {
+            let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
+            continuation?.resume(throwing: CancellationError())
+        }
     }
 
-    private func beginInterest() {
-        let (start, wakeIdle) = state.withLock { state -> (Bool, Bool) in
-            state.interest += 1
-            let start = !state.started
-            state.started = true
-            return (start, state.interest == 1 && !start)
-        }
-        if start {
-            KernelThread.spawn(name: threadName) { [self] in self.run() }
-        } else if wakeIdle {
-            baton_add32(idleWord, 1)
-            _ = baton_futex_wake_all(idleWord)
-        }
-    }
-
-    private func endInterest() {
-        state.withLock { $0.interest -= 1 }
+    static func timedOut() -> BatonError {
+        BatonError(.timedOut, "the deadline passed before the channel could proceed")
     }
 
     /// Stops the thread (the channel is going away).
@@ -83,22 +140,49 @@ final class ChannelDoorbell: @unchecked Sendable {
         var counted = false
         while true {
             let idleSeen = baton_load32(idleWord)
-            let (interest, shutdown) = state.withLock { ($0.interest, $0.shutdown) }
+            if !counted {
+                // Count as a possible sleeper before reading the word (see `ring`).
+                baton_add32(sleepers, 1)
+                counted = true
+            }
+            let current = baton_load32(word)
+            let rings = current / Self.ringStep
+            let now = ContinuousClock.now
+            let (ready, expired, nearest, idle, shutdown) = state.withLock { state in
+                var ready: [CheckedContinuation<Void, any Error>] = []
+                var expired: [CheckedContinuation<Void, any Error>] = []
+                var nearest: ContinuousClock.Instant?
+                for (id, waiter) in state.waiters {
+                    if waiter.seen != rings {
+                        ready.append(waiter.continuation)
+                        state.waiters[id] = nil
+                    } else if let deadline = waiter.deadline {
+                        if deadline <= now {
+                            expired.append(waiter.continuation)
+                            state.waiters[id] = nil
+                        } else {
+                            nearest = nearest.map { min($0, deadline) } ?? deadline
+                        }
+                    }
+                }
+                state.sleepingUntil = nearest
+                state.threadIdle = state.waiters.isEmpty && !state.shutdown
+                return (ready, expired, nearest, state.waiters.isEmpty, state.shutdown)
+            }
+            for continuation in ready { continuation.resume() }
+            for continuation in expired { continuation.resume(throwing: Self.timedOut()) }
             if shutdown {
-                if counted { baton_sub32(sleepers, 1) }
+                baton_sub32(sleepers, 1)
                 return
             }
-            if interest == 0 {
-                if counted { baton_sub32(sleepers, 1); counted = false }
+            if idle {
+                baton_sub32(sleepers, 1)
+                counted = false
                 _ = baton_futex_wait(idleWord, idleSeen, -1)
                 continue
             }
-            if !counted { baton_add32(sleepers, 1); counted = true }
-            // Read the word, then notify: a change made after a waiter's check is either in
-            // this notification or wakes the futex wait below.
-            let seen = baton_load32(word)
-            events.notify()
-            _ = baton_futex_wait(word, seen, -1)
+            let timeout = nearest.map { max(Int64(0), (($0 - ContinuousClock.now).nanoseconds)) } ?? -1
+            _ = baton_futex_wait(word, current, timeout)
         }
     }
 }

@@ -115,7 +115,7 @@ public func select<Outcome>(
     var round = 0
     while true {
         let doorbells = cases.map(\.doorbell)
-        let seen = doorbells.map { $0.events.snapshot() }
+        let seen = doorbells.map { $0.snapshot() }
         let start = Int.random(in: 0..<cases.count)
         for step in 0..<cases.count {
             if let fire = try cases[(start + step) % cases.count].attempt() { return try await fire() }

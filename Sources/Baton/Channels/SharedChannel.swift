@@ -36,6 +36,10 @@ import Synchronization
 /// process. Elements are encoded as JSON. Linux only for now.
 public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     let log: ChannelLog
+    /// Identifies this object's frames: a random start, then one more per frame.
+    private let sendIDs = Mutex(UInt64.random(in: 1...UInt64.max))
+    private let encoder = JSONEncoder()
+    private let decoder = JSONDecoder()
 
     /// How many elements the channel buffers.
     public var capacity: ChannelCapacity { log.capacity }
@@ -88,7 +92,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             _ = try log.append(frame, mode: .always)
         case .bounded(let limit):
             while true {
-                let seen = log.writable.events.snapshot()
+                let seen = log.writable.snapshot()
                 if try log.append(frame, mode: .ifRoom(limit)) { return }
                 try await log.writable.wait(after: seen, deadline: deadline)
             }
@@ -103,7 +107,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     private func awaitTaken(sendID: UInt64, deadline: Deadline) async throws {
         do {
             while true {
-                let seen = log.writable.events.snapshot()
+                let seen = log.writable.snapshot()
                 if try log.isTaken(sendID: sendID) { return }
                 try await log.writable.wait(after: seen, deadline: deadline)
             }
@@ -138,7 +142,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         var countedAsWaiting = false
         defer { if countedAsWaiting { log.adjustWaitingReceivers(-1) } }
         while true {
-            let seen = log.readable.events.snapshot()
+            let seen = log.readable.snapshot()
             let deaths = try log.fileEvents()
             let deathsSeen = deaths?.snapshot() ?? 0
             switch try attemptReceive() {
@@ -209,7 +213,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// ``ChannelDelivery/acknowledge()``, the element goes back to the channel.
     package func takeUnacknowledged(deadline: Deadline) async throws -> ChannelDelivery<Element>? {
         while true {
-            let seen = log.readable.events.snapshot()
+            let seen = log.readable.snapshot()
             switch try log.take() {
             case .taken(let taken):
                 do {
@@ -230,7 +234,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// Waits for an arrival or for a close event on the channel file (a taker may have died);
     /// after a close event, checks the takers a few times (the kernel reports the close a moment
     /// before it drops the dead process's locks).
-    private func waitForArrivalOrDeath(seen: UInt64, deaths: EventCounter, deathsSeen: UInt64, deadline: Deadline) async throws {
+    private func waitForArrivalOrDeath(seen: UInt32, deaths: EventCounter, deathsSeen: UInt64, deadline: Deadline) async throws {
         let readable = log.readable
         let slice = deadline.earliest(.after(.milliseconds(250)))
         let first: Int
@@ -266,16 +270,19 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     func encode(_ element: Element) throws -> (frame: [UInt8], sendID: UInt64) {
         let payload: [UInt8]
         do {
-            payload = Array(try JSONEncoder().encode(element))
+            payload = Array(try encoder.encode(element))
         } catch {
             throw BatonError(.invalidArgument, "the element does not encode as JSON: \(type(of: error))")
         }
-        let sendID = UInt64.random(in: 1...UInt64.max)
+        let sendID = sendIDs.withLock { id -> UInt64 in
+            id &+= 1
+            return id
+        }
         return (try ChannelFrame.encode(payload: payload, sendID: sendID), sendID)
     }
 
     func decode(_ payload: [UInt8]) throws -> Element {
-        try JSONDecoder().decode(Element.self, from: Data(payload))
+        try decoder.decode(Element.self, from: Data(payload))
     }
 }
 
