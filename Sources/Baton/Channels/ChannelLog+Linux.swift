@@ -33,6 +33,7 @@ final class ChannelLog: @unchecked Sendable {
     static let participantBase: Int64 = 1 << 40
     static let maxParticipants = 4096
     static let directoryName = "channels"
+    static let lockSpins = 64
 
     private static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
     private static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
@@ -198,7 +199,14 @@ final class ChannelLog: @unchecked Sendable {
     /// the log is repaired first.
     private func withLock<R>(_ body: () throws -> R) throws -> R {
         let mutex = header.advanced(by: Self.oMutex)
-        let result = baton_robust_mutex_lock(mutex)
+        // The lock is held for microseconds: try a little before sleeping in the kernel.
+        var result = EBUSY
+        for _ in 0..<Self.lockSpins {
+            result = baton_robust_mutex_trylock(mutex)
+            if result != EBUSY { break }
+            baton_cpu_relax()
+        }
+        if result == EBUSY { result = baton_robust_mutex_lock(mutex) }
         if result == EOWNERDEAD {
             defer { _ = baton_robust_mutex_consistent(mutex) }
             try? followDataSize()
@@ -437,6 +445,7 @@ final class ChannelLog: @unchecked Sendable {
     /// Appends a frame. `false` when `mode` says there is no room or no waiting receiver.
     /// - Throws: `closed` after ``close()``.
     func append(_ frameBytes: [UInt8], mode: AppendMode) throws -> Bool {
+        var wasEmpty = false
         let appended = try withLock { () -> Bool in
             guard !isClosed else {
                 throw BatonError(.closed, "the channel \(name) is closed; nothing more can be sent on it")
@@ -454,10 +463,13 @@ final class ChannelLog: @unchecked Sendable {
                 data.advanced(by: tail).copyMemory(from: source.baseAddress!, byteCount: source.count)
             }
             setField(Self.oTail, tail + frameBytes.count)
+            wasEmpty = field(Self.oReady) <= 0
             addField(Self.oReady, 1)
             return true
         }
-        if appended { readable.ring() }
+        // Receivers wait only after finding nothing ready, so only the first frame after that
+        // needs to ring.
+        if appended && wasEmpty { readable.ring() }
         return appended
     }
 
@@ -536,6 +548,8 @@ final class ChannelLog: @unchecked Sendable {
                 }
                 offset += size
             }
+            // Nothing ready was found: keep the count honest (appends ring only after it was 0).
+            if field(Self.oReady) != 0 { recount() }
             if isClosed && field(Self.oTaken) <= 0 { return .end }
             return .empty(othersTaking: othersTaking)
         }
@@ -567,15 +581,18 @@ final class ChannelLog: @unchecked Sendable {
     /// Acknowledges a taken frame: it leaves the channel for good. `false` when the frame is no
     /// longer this take's (it went back to the channel while this process was suspended).
     func acknowledge(_ taken: Taken) throws -> Bool {
+        var wasFull = false
         let acknowledged = try withLock { () -> Bool in
             guard let offset = locate(taken) else { return false }
+            if case .bounded(let limit) = capacity { wasFull = field(Self.oReady) + field(Self.oTaken) >= limit }
             setState(offset, .done)
             addField(Self.oTaken, -1)
             if offset == field(Self.oHead) { advanceHead() }
             return true
         }
         if acknowledged {
-            writable.ring()
+            // Senders wait only when the channel is full: ring when it stops being full.
+            if wasFull { writable.ring() }
             if isClosed { readable.ring() }
         }
         return acknowledged

@@ -82,6 +82,15 @@ static inline int baton_robust_mutex_init(void *mutex) {
 }
 /// pthread_mutex_lock: 0, EOWNERDEAD (taken; the previous holder died inside), or an error.
 static inline int baton_robust_mutex_lock(void *mutex) { return pthread_mutex_lock((pthread_mutex_t *)mutex); }
+static inline int baton_robust_mutex_trylock(void *mutex) { return pthread_mutex_trylock((pthread_mutex_t *)mutex); }
+/// A CPU hint for a short spin loop.
+static inline void baton_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 static inline int baton_robust_mutex_consistent(void *mutex) { return pthread_mutex_consistent((pthread_mutex_t *)mutex); }
 static inline int baton_robust_mutex_unlock(void *mutex) { return pthread_mutex_unlock((pthread_mutex_t *)mutex); }
 static inline size_t baton_robust_mutex_size(void) { return sizeof(pthread_mutex_t); }
