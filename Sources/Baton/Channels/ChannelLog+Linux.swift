@@ -188,11 +188,6 @@ final class ChannelLog: @unchecked Sendable {
     /// Whether ``close()`` was called (by any process).
     var isClosed: Bool { baton_load32(Self.word(header, Self.oClosed)) != 0 }
 
-    /// Elements ready to be taken, plus taken and not yet acknowledged.
-    var count: (ready: Int, taken: Int) {
-        (try? withLock { (field(Self.oReady), field(Self.oTaken)) }) ?? (0, 0)
-    }
-
     // MARK: The lock
 
     /// Runs `body` holding the channel's robust mutex. When the previous holder died inside,
@@ -659,9 +654,6 @@ final class ChannelLog: @unchecked Sendable {
         readable.ring()
         writable.ring()
     }
-
-    /// How many damaged regions or frames receivers skipped so far.
-    var malformedCount: Int { field(Self.oMalformed) }
 
     private final class SuspensionRelease: SuspensionParticipant {
         weak let log: ChannelLog?
