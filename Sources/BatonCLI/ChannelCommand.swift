@@ -136,7 +136,7 @@ struct ChannelCommand: AsyncParsableCommand {
 struct ChannelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "test-worker", abstract: "Channel test workers (internal).", shouldDisplay: false,
-        subcommands: [Produce.self, Consume.self, Hold.self])
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self])
 
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
@@ -176,6 +176,16 @@ struct ChannelTestCommand: AsyncParsableCommand {
             }
             if !pending.isEmpty { emit("got " + pending.joined(separator: ",")) }
             emit("done \(total)")
+        }
+    }
+
+    struct HoldLock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Take the channel's mutex, print 'locked', and hold it until killed.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            try self.channel.open().holdLockForever { emit("locked") }
         }
     }
 

@@ -114,6 +114,24 @@ struct ChannelTests {
         #expect(try channel.tryReceive() == nil)
     }
 
+    @Test("a process killed while holding the channel's mutex does not wedge or damage the channel")
+    func killedLockHolder() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "robust", capacity: .unbounded)
+        try await channel.send(1)
+        try await channel.send(2)
+        let holder = try ChildProcess(["channel", "test-worker", "hold-lock", "robust"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "locked" }
+        holder.signal(SIGKILL)
+        #expect(try await holder.wait() == 128 + SIGKILL)
+        // The next locker gets EOWNERDEAD, checks the log, and goes on.
+        #expect(try await channel.receive(deadline: .after(.seconds(20))) == 1)
+        try await channel.send(3)
+        #expect(try channel.tryReceive() == 2)
+        #expect(try channel.tryReceive() == 3)
+        #expect(try channel.tryReceive() == nil)
+    }
+
     // MARK: Select
 
     @Test("select takes exactly one case")

@@ -655,6 +655,15 @@ final class ChannelLog: @unchecked Sendable {
         writable.ring()
     }
 
+    /// Test support: takes the channel's mutex, calls `locked`, and never returns (the process
+    /// is meant to be killed while holding it, to exercise the robust mutex's recovery).
+    func holdLockForever(_ locked: () -> Void) throws -> Never {
+        try withLock {
+            locked()
+            while true { _ = sleep(3600) }
+        }
+    }
+
     private final class SuspensionRelease: SuspensionParticipant {
         weak let log: ChannelLog?
         init(_ log: ChannelLog) { self.log = log }

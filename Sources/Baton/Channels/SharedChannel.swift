@@ -231,6 +231,11 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         }
     }
 
+    /// Test support: holds the channel's cross-process mutex until the process is killed.
+    package func holdLockForever(_ locked: () -> Void) throws -> Never {
+        try log.holdLockForever(locked)
+    }
+
     /// Waits for an arrival or for a close event on the channel file (a taker may have died);
     /// after a close event, checks the takers a few times (the kernel reports the close a moment
     /// before it drops the dead process's locks).
