@@ -233,23 +233,37 @@ struct ChannelTests {
         try await channel.send("one")
         try await channel.send("TAG-BREAK")
         try await channel.send("three")
-        try damage(path, marker: "TAG-BREAK", at: -24) // 40-byte header, payload starts with a quote
+        try damage(path, marker: "TAG-BREAK", at: -24) // the tag: 24 bytes before the payload
         let (status, lines) = try await runBaton(["channel", "receive", "damaged", "--count", "3", "--timeout", "2"], container: directory.path)
         #expect(lines == ["\"one\"", "\"three\""])
         #expect(status == 1) // only two elements were left
         try await channel.send("after")
         #expect(try await channel.receive(deadline: .after(.seconds(5))) == "after")
+
+        // A JSON-coded element that does not decode as the receiver's type is rejected, not fatal.
+        let structs = try SharedChannel<Point>(container, name: "points", capacity: .unbounded)
+        try await structs.send(Point(x: 1, y: 2))
+        let strings = try SharedChannel<Int>(container, name: "points", capacity: .unbounded)
+        await #expect { try await strings.receive() } throws: { ($0 as? BatonError)?.code == .malformedFrame }
+        try await structs.send(Point(x: 3, y: 4))
+        #expect(try await structs.receive() == Point(x: 3, y: 4))
     }
 
-    /// Flips one byte of the channel file at `offset` from the first occurrence of `marker`.
+    struct Point: Codable, Sendable, Equatable {
+        var x: Int
+        var y: Int
+    }
+
+    /// Flips one byte of the channel file at `offset` from the first occurrence of `marker`
+    /// (a `String` element is stored as UTF-8 text, so the marker starts the payload).
     private func damage(_ path: String, marker: String, at offset: Int) throws {
         var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
         let needle = Array(marker.utf8)
         let start = try #require((0...(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
-        bytes[start - 1 + offset] ^= 0x5A
+        bytes[start + offset] ^= 0x5A
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        try handle.seek(toOffset: UInt64(start - 1 + offset))
-        try handle.write(contentsOf: [bytes[start - 1 + offset]])
+        try handle.seek(toOffset: UInt64(start + offset))
+        try handle.write(contentsOf: [bytes[start + offset]])
         try handle.close()
     }
 

@@ -9,8 +9,8 @@ import CBatonShims
 /// 16 u32 tag        "BCF" + format version (1)
 /// 20 u32 length     payload bytes
 /// 24 u64 send id    random, chosen by the sender (a rendezvous sender finds its frame by it)
-/// 32 u32 CRC-32C    of bytes 16..<32 and the payload
-/// 36 u32 reserved   0
+/// 32 u32 CRC-32C    of bytes 16..<32, bytes 36..<40 and the payload
+/// 36 u32 coding     0 JSON, 1 UTF-8 text (a `String` element), 2 raw bytes (`[UInt8]`, `Data`)
 /// 40 payload, then zero padding to a multiple of 8 bytes
 /// ```
 enum ChannelFrame {
@@ -20,10 +20,13 @@ enum ChannelFrame {
 
     enum State: UInt32 { case ready = 0, taken = 1, done = 2 }
 
+    /// How the payload encodes the element.
+    enum Coding: UInt32 { case json = 0, text = 1, bytes = 2 }
+
     static func size(payload length: Int) -> Int { (headerSize + length + 7) & ~7 }
 
     /// A complete frame (state ready) for `payload`.
-    static func encode(payload: [UInt8], sendID: UInt64) throws -> [UInt8] {
+    static func encode(payload: [UInt8], coding: Coding, sendID: UInt64) throws -> [UInt8] {
         guard payload.count <= maxPayload else {
             throw BatonError(.invalidArgument, "a channel element encodes to \(payload.count) bytes; the limit is \(maxPayload) bytes. Send a reference to the data instead.")
         }
@@ -32,6 +35,7 @@ enum ChannelFrame {
             raw.storeBytes(of: tag.littleEndian, toByteOffset: 16, as: UInt32.self)
             raw.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 20, as: UInt32.self)
             raw.storeBytes(of: sendID.littleEndian, toByteOffset: 24, as: UInt64.self)
+            raw.storeBytes(of: coding.rawValue.littleEndian, toByteOffset: 36, as: UInt32.self)
             payload.withUnsafeBytes { source in
                 if source.count > 0 { raw.baseAddress!.advanced(by: headerSize).copyMemory(from: source.baseAddress!, byteCount: source.count) }
             }
@@ -42,7 +46,8 @@ enum ChannelFrame {
 
     /// The CRC-32C of a frame at `base` whose payload is `length` bytes.
     static func checksum(_ base: UnsafeRawPointer, length: Int) -> UInt32 {
-        let crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 16), count: 16))
+        var crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 16), count: 16))
+        crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 36), count: 4), seed: crc)
         return Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: headerSize), count: length), seed: crc)
     }
 
@@ -65,6 +70,10 @@ enum ChannelFrame {
 
     static func payloadLength(_ base: UnsafeRawPointer) -> Int {
         Int(UInt32(littleEndian: base.load(fromByteOffset: 20, as: UInt32.self)))
+    }
+
+    static func coding(_ base: UnsafeRawPointer) -> Coding? {
+        Coding(rawValue: UInt32(littleEndian: base.load(fromByteOffset: 36, as: UInt32.self)))
     }
 
     static func sendID(_ base: UnsafeRawPointer) -> UInt64 {

@@ -473,6 +473,7 @@ final class ChannelLog: @unchecked Sendable {
         let offset: Int
         let epoch: Int
         let takeID: UInt64
+        let coding: ChannelFrame.Coding
         let payload: [UInt8]
     }
 
@@ -511,13 +512,13 @@ final class ChannelLog: @unchecked Sendable {
                 let base = frame(offset)
                 switch state(offset) {
                 case ChannelFrame.State.ready.rawValue:
-                    guard ChannelFrame.checksumMatches(base) else {
+                    guard ChannelFrame.checksumMatches(base), let coding = ChannelFrame.coding(base) else {
                         setState(offset, .done)
                         addField(Self.oReady, -1)
                         addField(Self.oMalformed, 1)
                         advanceHead()
                         ringWritable = true
-                        return .malformed("a frame of the channel \(name) failed its CRC-32C check; it was skipped and the channel goes on")
+                        return .malformed("a frame of the channel \(name) failed its CRC-32C check or names an unknown coding; it was skipped and the channel goes on")
                     }
                     let takeID = UInt64(field(Self.oNextTake) &+ 1)
                     setField(Self.oNextTake, Int(truncatingIfNeeded: takeID))
@@ -529,7 +530,7 @@ final class ChannelLog: @unchecked Sendable {
                     let length = ChannelFrame.payloadLength(base)
                     let payload = [UInt8](UnsafeRawBufferPointer(start: base.advanced(by: ChannelFrame.headerSize), count: length))
                     ringWritable = capacity == .rendezvous
-                    return .taken(Taken(offset: offset, epoch: field(Self.oEpoch), takeID: takeID, payload: payload))
+                    return .taken(Taken(offset: offset, epoch: field(Self.oEpoch), takeID: takeID, coding: coding, payload: payload))
                 case ChannelFrame.State.taken.rawValue:
                     if storage.isFile, baton_load32(Self.word(data, offset + 4)) != UInt32(mySlot) { othersTaking = true }
                 case ChannelFrame.State.done.rawValue:

@@ -33,7 +33,8 @@ import Synchronization
 /// Across processes, the channel is `.baton/channels/<name>` in the container, protected by a
 /// robust process-shared mutex held for microseconds; waits sleep on futex words through one
 /// thread per process and direction. ``init(capacity:)`` makes the same channel inside one
-/// process. Elements are encoded as JSON. Linux only for now.
+/// process. Elements are encoded as JSON, except `String` (UTF-8 text) and `[UInt8]` or `Data`
+/// (raw bytes). Linux only for now.
 public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     let log: ChannelLog
     /// Identifies this object's frames: a random start, then one more per frame.
@@ -194,7 +195,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         case .taken(let taken):
             let element: Element
             do {
-                element = try decode(taken.payload)
+                element = try decode(taken)
             } catch {
                 _ = try log.acknowledge(taken)
                 throw BatonError(.malformedFrame, "an element of the channel \(name ?? "(in-process)") does not decode as \(Element.self); it was skipped and the channel goes on", cause: error)
@@ -217,7 +218,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             switch try log.take() {
             case .taken(let taken):
                 do {
-                    return ChannelDelivery(element: try decode(taken.payload), taken: taken, log: log)
+                    return ChannelDelivery(element: try decode(taken), taken: taken, log: log)
                 } catch {
                     try log.release(taken)
                     throw BatonError(.malformedFrame, "an element of the channel does not decode as \(Element.self)")
@@ -272,22 +273,51 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
 
     // MARK: Coding
 
+    /// Encodes an element: strings as UTF-8 text, `[UInt8]` and `Data` as raw bytes, anything
+    /// else as JSON.
     func encode(_ element: Element) throws -> (frame: [UInt8], sendID: UInt64) {
         let payload: [UInt8]
-        do {
-            payload = Array(try encoder.encode(element))
-        } catch {
-            throw BatonError(.invalidArgument, "the element does not encode as JSON: \(type(of: error))")
+        let coding: ChannelFrame.Coding
+        if let text = element as? String {
+            payload = Array(text.utf8)
+            coding = .text
+        } else if let bytes = element as? [UInt8] {
+            payload = bytes
+            coding = .bytes
+        } else if let data = element as? Data {
+            payload = Array(data)
+            coding = .bytes
+        } else {
+            do {
+                payload = Array(try encoder.encode(element))
+            } catch {
+                throw BatonError(.invalidArgument, "the element does not encode as JSON: \(type(of: error))")
+            }
+            coding = .json
         }
         let sendID = sendIDs.withLock { id -> UInt64 in
             id &+= 1
             return id
         }
-        return (try ChannelFrame.encode(payload: payload, sendID: sendID), sendID)
+        return (try ChannelFrame.encode(payload: payload, coding: coding, sendID: sendID), sendID)
     }
 
-    func decode(_ payload: [UInt8]) throws -> Element {
-        try decoder.decode(Element.self, from: Data(payload))
+    /// Decodes a taken frame's payload. Text and bytes decode directly into `String`, `[UInt8]`
+    /// or `Data`, and through JSON into any other type (a `String` into an enum of JSON values,
+    /// say).
+    func decode(_ taken: ChannelLog.Taken) throws -> Element {
+        switch taken.coding {
+        case .json:
+            return try decoder.decode(Element.self, from: Data(taken.payload))
+        case .text:
+            let text = String(decoding: taken.payload, as: UTF8.self)
+            if let element = text as? Element { return element }
+            return try decoder.decode(Element.self, from: encoder.encode(text))
+        case .bytes:
+            if let element = taken.payload as? Element { return element }
+            if let element = Data(taken.payload) as? Element { return element }
+            return try decoder.decode(Element.self, from: encoder.encode(taken.payload))
+        }
     }
 }
 
