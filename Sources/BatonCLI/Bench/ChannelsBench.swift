@@ -23,11 +23,13 @@ enum ChannelsBench: BenchSuite {
             let rate = try await channelRate(container: container, path: path, capacity: capacity, count: count)
             results.append(BenchResult(name: "throughput_\(label)_per_s", value: rate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
         }
+        let structRate = try await channelRate(container: container, path: path, capacity: "unbounded", count: streamCount, structs: true)
+        results.append(BenchResult(name: "throughput_unbounded_json_struct_per_s", value: structRate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
         let roundTrips = try await channelPingPong(container: container, path: path, rounds: rounds)
         results.append(BenchResult(name: "rendezvous_round_trip_p50_us", value: percentile(roundTrips, 50), unit: "us", floorName: "pipe_round_trip_p50_us", floor: percentile(pipeRoundTrip, 50)))
         results.append(BenchResult(name: "rendezvous_round_trip_p99_us", value: percentile(roundTrips, 99), unit: "us", floorName: "pipe_round_trip_p99_us", floor: percentile(pipeRoundTrip, 99)))
         return (results, [
-            "element": "a \(elementSize)-byte JSON string (frame \(elementSize + 40) bytes rounded to 8); the pipe writes and reads \(elementSize) bytes per element",
+            "element": "a String of \(element.utf8.count) bytes (stored as UTF-8 text, frame \(element.utf8.count + 40) bytes rounded to 8); the json_struct row sends a Codable struct of about the same JSON size; the pipe writes and reads \(elementSize) bytes per element",
             "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: rendezvous send to the worker and rendezvous reply, \(rounds) rounds after warm-up",
             "targets": "throughput ratio >= 0.5, round-trip ratio <= 3",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
@@ -75,11 +77,26 @@ enum ChannelsBench: BenchSuite {
 
     // MARK: Channels
 
-    private static func channelRate(container: SharedContainer, path: String, capacity: String, count: Int) async throws -> Double {
-        let channelName = "bench-" + String(capacity.map { $0 == ":" ? "-" : $0 })
-        let channel = try SharedChannel<String>(container, name: channelName, capacity: ChannelCapacity(parsing: capacity)!)
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["produce", channelName, capacity, String(count)])
+    /// A Codable struct whose JSON encoding is about as long as the string element.
+    struct Record: Codable, Sendable {
+        var id: Int
+        var text: String
+        static let sample = Record(id: 123_456, text: String(repeating: "y", count: 42))
+    }
+
+    private static func channelRate(container: SharedContainer, path: String, capacity: String, count: Int, structs: Bool = false) async throws -> Double {
+        let channelName = "bench-" + String(capacity.map { $0 == ":" ? "-" : $0 }) + (structs ? "-structs" : "")
+        let worker = try WorkerProcess(suite: name, container: path, arguments: [structs ? "produce-structs" : "produce", channelName, capacity, String(count)])
         try worker.waitReady()
+        if structs {
+            let channel = try SharedChannel<Record>(container, name: channelName, capacity: ChannelCapacity(parsing: capacity)!)
+            return try await receiveAll(channel, count: count, worker: worker)
+        }
+        let channel = try SharedChannel<String>(container, name: channelName, capacity: ChannelCapacity(parsing: capacity)!)
+        return try await receiveAll(channel, count: count, worker: worker)
+    }
+
+    private static func receiveAll<Element>(_ channel: SharedChannel<Element>, count: Int, worker: WorkerProcess) async throws -> Double {
         worker.send("go")
         let start = monotonicNanoseconds()
         for _ in 0..<count {
@@ -138,6 +155,13 @@ enum ChannelsBench: BenchSuite {
             emit("ready")
             _ = readStandardInputLine()
             for _ in 0..<count { try await channel.send(element) }
+        case "produce-structs":
+            let container = try SharedContainer(path: path)
+            let channel = try SharedChannel<Record>(container, name: arguments[1], capacity: ChannelCapacity(parsing: arguments[2])!)
+            let count = Int(arguments[3])!
+            emit("ready")
+            _ = readStandardInputLine()
+            for _ in 0..<count { try await channel.send(Record.sample) }
         case "channel-pong":
             let container = try SharedContainer(path: path)
             let ping = try SharedChannel<String>(container, name: "bench-ping", capacity: .rendezvous)
