@@ -136,8 +136,13 @@ final class ChannelDoorbell: @unchecked Sendable {
         ring()
     }
 
+    /// How long the thread keeps sleeping on the shared word after its last waiter left, so that
+    /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
+    static let linger: Duration = .milliseconds(50)
+
     private func run() {
         var counted = false
+        var lingerUntil: ContinuousClock.Instant?
         while true {
             let idleSeen = baton_load32(idleWord)
             if !counted {
@@ -148,7 +153,7 @@ final class ChannelDoorbell: @unchecked Sendable {
             let current = baton_load32(word)
             let rings = current / Self.ringStep
             let now = ContinuousClock.now
-            let (ready, expired, nearest, idle, shutdown) = state.withLock { state in
+            let (ready, expired, nearest, idle, shutdown) = state.withLock { state -> ([CheckedContinuation<Void, any Error>], [CheckedContinuation<Void, any Error>], ContinuousClock.Instant?, Bool, Bool) in
                 var ready: [CheckedContinuation<Void, any Error>] = []
                 var expired: [CheckedContinuation<Void, any Error>] = []
                 var nearest: ContinuousClock.Instant?
@@ -165,6 +170,18 @@ final class ChannelDoorbell: @unchecked Sendable {
                         }
                     }
                 }
+                if state.waiters.isEmpty {
+                    let until = lingerUntil ?? now.advanced(by: Self.linger)
+                    lingerUntil = until
+                    if until > now {
+                        // Linger: keep sleeping on the shared word until `until`.
+                        state.sleepingUntil = until
+                        state.threadIdle = false
+                        return (ready, expired, until, false, state.shutdown)
+                    }
+                } else {
+                    lingerUntil = nil
+                }
                 state.sleepingUntil = nearest
                 state.threadIdle = state.waiters.isEmpty && !state.shutdown
                 return (ready, expired, nearest, state.waiters.isEmpty, state.shutdown)
@@ -178,6 +195,7 @@ final class ChannelDoorbell: @unchecked Sendable {
             if idle {
                 baton_sub32(sleepers, 1)
                 counted = false
+                lingerUntil = nil
                 _ = baton_futex_wait(idleWord, idleSeen, -1)
                 continue
             }

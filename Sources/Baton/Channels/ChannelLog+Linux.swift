@@ -148,7 +148,17 @@ final class ChannelLog: @unchecked Sendable {
     /// The capacity of an existing channel, `nil` when it does not exist.
     static func storedCapacity(container: SharedContainer, name: String) throws -> ChannelCapacity? {
         try SharedContainer.validateName(name, what: "a channel name")
-        guard let bytes = try container.readFile(directoryName + "/" + name), bytes.count >= 32 else { return nil }
+        let relativePath = directoryName + "/" + name
+        let fd: Int32
+        switch Sys.openat(container.directory, relativePath, O_RDONLY) {
+        case .success(let value): fd = value
+        case .failure(let error) where error.errno == ENOENT: return nil
+        case .failure(let error): throw BatonError.system(error, "opening \(relativePath)")
+        }
+        defer { Sys.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relativePath)") }
+        guard count == 32 else { return nil }
         return bytes.withUnsafeBytes { raw -> ChannelCapacity? in
             guard UInt64(littleEndian: raw.load(fromByteOffset: oMagic, as: UInt64.self)) == magic else { return nil }
             return ChannelCapacity(storedKind: UInt32(littleEndian: raw.load(fromByteOffset: oKind, as: UInt32.self)),

@@ -32,7 +32,8 @@ import Synchronization
 ///
 /// Across processes, the channel is `.baton/channels/<name>` in the container, protected by a
 /// robust process-shared mutex held for microseconds; waits sleep on futex words through one
-/// thread per process and direction. ``init(capacity:)`` makes the same channel inside one
+/// thread per open channel and direction (receiving, sending), started on the first wait. An
+/// unbounded channel's file grows with its backlog and reuses the space of consumed elements. ``init(capacity:)`` makes the same channel inside one
 /// process. Elements are encoded as JSON, except `String` (UTF-8 text) and `[UInt8]` or `Data`
 /// (raw bytes). Linux only for now.
 public final class SharedChannel<Element: Codable & Sendable>: Sendable {
