@@ -42,6 +42,30 @@ struct ChannelTests {
         #expect(Set(received) == Set(0..<(4 * perProducer)), "an element was lost")
     }
 
+    @Test("an unbounded channel grows while another process reads it, and keeps one producer's order")
+    func unboundedGrowsAcrossProcesses() async throws {
+        let directory = try TemporaryContainer()
+        let count = 30_000
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "log", capacity: .unbounded)
+        let producer = try ChildProcess(["channel", "test-worker", "produce", "log", "--capacity", "unbounded",
+                                         "--from", "0", "--count", String(count)], container: directory.path)
+        var received: [Int] = []
+        // Read slowly at first so the backlog grows the file (it starts at 64 KiB).
+        try await producer.line(timeout: 60) { $0.hasPrefix("sent") }
+        let size = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/channels/log")[.size] as? Int ?? 0
+        #expect(size > 1 << 20, "the backlog did not grow the file")
+        while received.count < count, let value = try await channel.receive(deadline: .after(.seconds(30))) {
+            received.append(value)
+        }
+        #expect(received == Array(0..<count))
+        #expect(try await producer.wait() == 0)
+        // The emptied file's space is reused: more elements go through without growing it.
+        for value in 0..<1_000 { try await channel.send(value) }
+        for value in 0..<1_000 { #expect(try channel.tryReceive() == value) }
+        let after = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/channels/log")[.size] as? Int ?? 0
+        #expect(after == size)
+    }
+
     @Test("a rendezvous send returns only after a receiver took the element")
     func rendezvousWaitsForReceiver() async throws {
         let directory = try TemporaryContainer()
