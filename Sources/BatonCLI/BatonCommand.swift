@@ -13,6 +13,7 @@ struct BatonCommand: AsyncParsableCommand {
             LockCommand.self,
             DatabaseCommand.self,
             DatabaseTestCommand.self,
+            ChannelCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]

@@ -53,6 +53,7 @@ protocol BenchSuite: SendableMetatype {
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     DatabaseBench.self,
+    ChannelsBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {

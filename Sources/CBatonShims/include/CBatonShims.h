@@ -42,6 +42,58 @@ static inline int baton_futex_wake_all(uint32_t *addr) {
 static inline int baton_gettid(void) { return (int)syscall(SYS_gettid); }
 #include <sys/prctl.h>
 static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+// Channels: open-file-description byte-range locks (released by the kernel when the holder
+// dies), an anonymous shared file, and robust process-shared mutexes.
+#include <pthread.h>
+#ifndef F_OFD_GETLK
+#define F_OFD_GETLK 36
+#define F_OFD_SETLK 37
+#endif
+
+/// Takes (F_WRLCK) or releases (F_UNLCK) an OFD lock on `length` bytes at `start`, without
+/// waiting. Returns 0, or -1 with errno (EAGAIN/EACCES when someone else holds it).
+static inline int baton_ofd_setlk(int fd, int64_t start, int64_t length, short type) {
+    struct flock lock = { .l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = length, .l_pid = 0 };
+    return fcntl(fd, F_OFD_SETLK, &lock);
+}
+
+/// 1 when another open file description holds a conflicting OFD lock on the range, 0 when
+/// not, -1 with errno on failure.
+static inline int baton_ofd_held_by_other(int fd, int64_t start, int64_t length) {
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = length, .l_pid = 0 };
+    if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return -1;
+    return lock.l_type == F_UNLCK ? 0 : 1;
+}
+
+/// memfd_create(name, MFD_CLOEXEC).
+static inline int baton_memfd(const char *name) { return (int)syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */); }
+
+/// Initialises a PTHREAD_PROCESS_SHARED | PTHREAD_MUTEX_ROBUST mutex in shared memory.
+static inline int baton_robust_mutex_init(void *mutex) {
+    pthread_mutexattr_t attr;
+    int result = pthread_mutexattr_init(&attr);
+    if (result != 0) return result;
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    result = pthread_mutex_init((pthread_mutex_t *)mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return result;
+}
+/// pthread_mutex_lock: 0, EOWNERDEAD (taken; the previous holder died inside), or an error.
+static inline int baton_robust_mutex_lock(void *mutex) { return pthread_mutex_lock((pthread_mutex_t *)mutex); }
+static inline int baton_robust_mutex_trylock(void *mutex) { return pthread_mutex_trylock((pthread_mutex_t *)mutex); }
+/// A CPU hint for a short spin loop.
+static inline void baton_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+static inline int baton_robust_mutex_consistent(void *mutex) { return pthread_mutex_consistent((pthread_mutex_t *)mutex); }
+static inline int baton_robust_mutex_unlock(void *mutex) { return pthread_mutex_unlock((pthread_mutex_t *)mutex); }
+static inline size_t baton_robust_mutex_size(void) { return sizeof(pthread_mutex_t); }
 #endif
 
 
