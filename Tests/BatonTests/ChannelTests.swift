@@ -97,7 +97,7 @@ struct ChannelTests {
         let channel = try SharedChannel<String>(container, name: "drain", capacity: .unbounded)
         for text in ["a", "b", "c"] { try await channel.send(text) }
         try channel.close()
-        let (status, lines) = try await runBaton(["channel", "receive", "drain", "--timeout", "20"], container: directory.path)
+        let (status, lines, _) = try await runBaton(["channel", "receive", "drain", "--timeout", "20"], container: directory.path)
         #expect(status == 0)
         #expect(lines == ["\"a\"", "\"b\"", "\"c\""])
         #expect(try await channel.receive(deadline: .after(.seconds(5))) == nil)
@@ -258,7 +258,7 @@ struct ChannelTests {
         try await channel.send("TAG-BREAK")
         try await channel.send("three")
         try damage(path, marker: "TAG-BREAK", at: -24) // the tag: 24 bytes before the payload
-        let (status, lines) = try await runBaton(["channel", "receive", "damaged", "--count", "3", "--timeout", "2"], container: directory.path)
+        let (status, lines, _) = try await runBaton(["channel", "receive", "damaged", "--count", "3", "--timeout", "2"], container: directory.path)
         #expect(lines == ["\"one\"", "\"three\""])
         #expect(status == 1) // only two elements were left
         try await channel.send("after")

@@ -211,7 +211,7 @@ final class ChannelLog: @unchecked Sendable {
             if result != EBUSY { break }
             baton_cpu_relax()
         }
-        if result == EBUSY { result = baton_robust_mutex_lock(mutex) }
+        if result == EBUSY { result = baton_robust_mutex_lock(mutex, -1) }
         if result == EOWNERDEAD {
             defer { _ = baton_robust_mutex_consistent(mutex) }
             try? followDataSize()

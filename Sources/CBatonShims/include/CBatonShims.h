@@ -43,8 +43,8 @@ static inline int baton_gettid(void) { return (int)syscall(SYS_gettid); }
 #include <sys/prctl.h>
 static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
-// Channels: open-file-description byte-range locks (released by the kernel when the holder
-// dies), an anonymous shared file, and robust process-shared mutexes.
+// Open-file-description byte-range locks (released by the kernel when the holder dies) and
+// helpers for robust process-shared mutexes (declared below, in robust_mutex.c).
 #include <pthread.h>
 #ifndef F_OFD_GETLK
 #define F_OFD_GETLK 36
@@ -66,22 +66,6 @@ static inline int baton_ofd_held_by_other(int fd, int64_t start, int64_t length)
     return lock.l_type == F_UNLCK ? 0 : 1;
 }
 
-/// memfd_create(name, MFD_CLOEXEC).
-static inline int baton_memfd(const char *name) { return (int)syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */); }
-
-/// Initialises a PTHREAD_PROCESS_SHARED | PTHREAD_MUTEX_ROBUST mutex in shared memory.
-static inline int baton_robust_mutex_init(void *mutex) {
-    pthread_mutexattr_t attr;
-    int result = pthread_mutexattr_init(&attr);
-    if (result != 0) return result;
-    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    result = pthread_mutex_init((pthread_mutex_t *)mutex, &attr);
-    pthread_mutexattr_destroy(&attr);
-    return result;
-}
-/// pthread_mutex_lock: 0, EOWNERDEAD (taken; the previous holder died inside), or an error.
-static inline int baton_robust_mutex_lock(void *mutex) { return pthread_mutex_lock((pthread_mutex_t *)mutex); }
 static inline int baton_robust_mutex_trylock(void *mutex) { return pthread_mutex_trylock((pthread_mutex_t *)mutex); }
 /// A CPU hint for a short spin loop.
 static inline void baton_cpu_relax(void) {
@@ -91,8 +75,6 @@ static inline void baton_cpu_relax(void) {
     __asm__ __volatile__("yield");
 #endif
 }
-static inline int baton_robust_mutex_consistent(void *mutex) { return pthread_mutex_consistent((pthread_mutex_t *)mutex); }
-static inline int baton_robust_mutex_unlock(void *mutex) { return pthread_mutex_unlock((pthread_mutex_t *)mutex); }
 static inline size_t baton_robust_mutex_size(void) { return sizeof(pthread_mutex_t); }
 #endif
 
@@ -139,5 +121,17 @@ int baton_exit_with_parent(void);
 
 /// CRC-32C of `length` bytes, continuing from `crc` (start with 0).
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length);
+
+#if defined(__linux__)
+/// Bytes reserved for a process-shared robust mutex in shared memory (>= sizeof(pthread_mutex_t)).
+#define BATON_ROBUST_MUTEX_SIZE 64
+/// Initialises a PTHREAD_PROCESS_SHARED + PTHREAD_MUTEX_ROBUST mutex at `memory`. Returns 0 or an errno.
+int baton_robust_mutex_init(void *memory);
+/// Locks; `timeout_ns` < 0 waits forever. Returns 0, EOWNERDEAD (locked; the previous owner died
+/// holding it: repair, then call baton_robust_mutex_consistent), ETIMEDOUT, ENOTRECOVERABLE or an errno.
+int baton_robust_mutex_lock(void *memory, int64_t timeout_ns);
+int baton_robust_mutex_unlock(void *memory);
+int baton_robust_mutex_consistent(void *memory);
+#endif
 
 #endif
