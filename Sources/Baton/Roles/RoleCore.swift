@@ -233,6 +233,9 @@ final class RoleCore: Sendable {
                 guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == getpid() else {
                     throw fencedError(epoch, current: transaction.record.holder?.epoch ?? transaction.record.lastEpoch)
                 }
+                if let stop = transaction.record.stop {
+                    throw BatonError(.stopRequested, "role \(name) was asked to stop by priority \(RolePriority(Int(stop.priority))) (pid \(stop.pid)); finish the work in progress and release instead of starting a critical section")
+                }
                 holder.state = .critical
                 holder.criticalSinceMonotonic = baton_monotonic_ns()
                 transaction.record.holder = holder
@@ -263,6 +266,11 @@ final class RoleCore: Sendable {
             holder.state = transaction.record.stop == nil ? .running : .stopping
             holder.criticalSinceMonotonic = 0
             transaction.record.holder = holder
+            if transaction.record.stop != nil {
+                // The grace period restarts when the section ends: the holder may release now.
+                transaction.record.stop?.requestedMonotonic = baton_monotonic_ns()
+                transaction.record.stop?.requestedWallNanoseconds = RoleDirectory.wallNanoseconds()
+            }
         }
         try? container.signals.post(signalName)
     }
