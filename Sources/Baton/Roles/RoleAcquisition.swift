@@ -51,7 +51,12 @@ extension RoleCore {
         }
         let quickRetries: [Duration] = [.microseconds(20), .microseconds(100), .microseconds(500), .milliseconds(2), .milliseconds(8)]
         var retryIndex = quickRetries.count
-        var sources: WaitSources?
+        var sources = existingWaitSources
+        if let sources {
+            // Drop a delivery left over from before this call (often this process's own last
+            // release): the first pass below reads the record anyway.
+            _ = try? await sources.observation.next(deadline: .after(.zero))
+        }
         var seen: (files: UInt64, process: UInt64) = (0, 0)
         while true {
             if let sources { seen = (sources.files.events.snapshot(), turnChanges.snapshot()) }
@@ -185,18 +190,14 @@ extension RoleCore {
         processSeen: UInt64,
         deadline: Deadline
     ) async throws -> Wake {
+        // Each source waits without a deadline of its own (a deadline costs every wait a task
+        // group and a timer); one timer child covers the deadline for all of them.
         try await withThrowingTaskGroup(of: Wake.self) { group in
-            group.addTask {
-                do { _ = try await observation.next(deadline: deadline); return .signal }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await files.events.wait(after: filesSeen, deadline: deadline); return .files }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await process.wait(after: processSeen, deadline: deadline); return .process }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
+            group.addTask { _ = try await observation.next(deadline: .never); return .signal }
+            group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
+            group.addTask { try await process.wait(after: processSeen, deadline: .never); return .process }
+            if let instant = deadline.instant {
+                group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
             }
             defer { group.cancelAll() }
             return try await group.next() ?? .timeout

@@ -356,6 +356,9 @@ final class RoleCore: Sendable {
         let files: FileEvents.Subscription
     }
 
+    /// The wait sources if an earlier acquisition created them (they have listened since).
+    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
+
     func waitSources() throws -> WaitSources {
         try waitSourcesCache.withLock { cache in
             if let cache { return cache }

@@ -202,7 +202,8 @@ final class RoleDirectory: Sendable {
             }
             var buffer = [UInt8](repeating: 0, count: 512)
             let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relative)") }
-            let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+            let text = String(decoding: buffer[0..<count], as: UTF8.self).prefix { $0 != "\n" }
+            let fields = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
             guard fields.count == 4, let priority = Int(fields[0]), let since = Int64(fields[2]) else { continue }
             result.append(WaiterEntry(id: id, priority: RolePriority(priority), pid: pid, sinceWallNanoseconds: since, kind: String(fields[3])))
         }
