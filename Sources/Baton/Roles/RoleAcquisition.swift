@@ -22,7 +22,7 @@ extension RoleCore {
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
-    private enum Wake: Sendable { case signal, files, process, timeout }
+    private enum Wake: Sendable { case signal(SignalDelivery), files, process, timeout }
 
     /// Acquires the role for this process (the caller holds the process's turn).
     /// - Returns: The epoch granted; this process's holder file is locked.
@@ -33,7 +33,7 @@ extension RoleCore {
         deadline: Deadline
     ) async throws -> UInt64 {
         try container.suspension.checkActive("acquire role \(name)")
-        let signals = try container.signals
+        _ = try container.signals
         var postedStop = false
         var granted = false
         defer {
@@ -47,7 +47,7 @@ extension RoleCore {
                     if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
                 }
             }
-            if waited && !granted { try? signals.post(signalName) }
+            if waited && !granted { ring() }
         }
         let quickRetries: [Duration] = [.microseconds(20), .microseconds(100), .microseconds(500), .milliseconds(2), .milliseconds(8)]
         var retryIndex = quickRetries.count
@@ -73,10 +73,10 @@ extension RoleCore {
             switch decision {
             case .granted(let epoch):
                 granted = true
-                try? signals.post(signalName)
+                ring()
                 return epoch
             case .wait(let until, let blocker, let entitled, let byHolder):
-                if postedStop { try? signals.post(signalName) }
+                if postedStop { ring() }
                 if deadline.hasPassed {
                     if entitled {
                         throw BatonError(.timedOut, "timed out acquiring role \(name): \(blocker) was asked to stop but did not release before the deadline; wait longer or lower the grace period")
@@ -99,10 +99,14 @@ extension RoleCore {
                     let now = baton_monotonic_ns()
                     slice = slice.earliest(.after(.nanoseconds(Int64(until > now ? until - now : 0))))
                 }
-                let wake = try await Self.waitAny(
-                    observation: current.observation, files: current.files, filesSeen: seen.files,
-                    process: turnChanges, processSeen: seen.process, deadline: slice)
-                retryIndex = wake == .files ? 0 : quickRetries.count
+                var wake: Wake
+                repeat {
+                    wake = try await Self.waitAny(
+                        observation: current.observation, files: current.files, filesSeen: seen.files,
+                        process: turnChanges, processSeen: seen.process, deadline: slice)
+                    // This process's own ring (its stop request) changes nothing it waits for.
+                } while isOwnRing(wake)
+                if case .files = wake { retryIndex = 0 } else { retryIndex = quickRetries.count }
             }
         }
     }
@@ -182,6 +186,11 @@ extension RoleCore {
         return .granted(epoch: epoch)
     }
 
+    private func isOwnRing(_ wake: Wake) -> Bool {
+        if case .signal(let delivery) = wake { return isOwnRing(delivery) }
+        return false
+    }
+
     private static func waitAny(
         observation: SignalObservation,
         files: FileEvents.Subscription,
@@ -193,7 +202,7 @@ extension RoleCore {
         // Each source waits without a deadline of its own (a deadline costs every wait a task
         // group and a timer); one timer child covers the deadline for all of them.
         try await withThrowingTaskGroup(of: Wake.self) { group in
-            group.addTask { _ = try await observation.next(deadline: .never); return .signal }
+            group.addTask { .signal(try await observation.next(deadline: .never)) }
             group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
             group.addTask { try await process.wait(after: processSeen, deadline: .never); return .process }
             if let instant = deadline.instant {
