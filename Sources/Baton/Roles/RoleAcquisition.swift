@@ -49,8 +49,13 @@ extension RoleCore {
             }
             if waited && !granted { ring() }
         }
-        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100), .microseconds(500), .milliseconds(2), .milliseconds(8)]
+        // After a close event while the holder still looks alive: the kernel reports a dying
+        // process's closes one by one (the arbiter's, the record's...) and drops its holder lock
+        // just after that file's own close, so look again shortly, then keep waiting for the
+        // next close with a short backstop.
+        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
         var retryIndex = quickRetries.count
+        var shortWaits = 0
         var sources = existingWaitSources
         if let sources {
             // Drop a delivery left over from before this call (often this process's own last
@@ -94,7 +99,8 @@ extension RoleCore {
                     retryIndex += 1
                     continue
                 }
-                var slice = deadline.earliest(.after(options.backstopInterval))
+                var slice = deadline.earliest(.after(shortWaits > 0 ? .milliseconds(1) : options.backstopInterval))
+                shortWaits = max(shortWaits - 1, 0)
                 if let until {
                     let now = baton_monotonic_ns()
                     slice = slice.earliest(.after(.nanoseconds(Int64(until > now ? until - now : 0))))
@@ -106,7 +112,12 @@ extension RoleCore {
                         process: turnChanges, processSeen: seen.process, deadline: slice)
                     // This process's own ring (its stop request) changes nothing it waits for.
                 } while isOwnRing(wake)
-                if case .files = wake { retryIndex = 0 } else { retryIndex = quickRetries.count }
+                if case .files = wake {
+                    retryIndex = 0
+                    shortWaits = 8
+                } else {
+                    retryIndex = quickRetries.count
+                }
             }
         }
     }

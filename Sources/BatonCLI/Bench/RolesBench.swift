@@ -25,7 +25,7 @@ enum RolesBench: BenchSuite {
         let uncontendedRounds = quick ? 500 : 5_000
 
         let handoff = try flockHandoff(path: path, shm: shm, rounds: handoffRounds)
-        let signal = try await signalOneWay(container: container, path: path, rounds: quick ? 500 : 5_000)
+        let signal = try signalAfterIdle(container: container, path: path, shm: shm, rounds: quick ? 100 : 1_000)
         let (preemption, breakdown) = try await preemption(container: container, path: path, shm: shm, rounds: preemptRounds)
         var crashFloor: [Double] = [], takeover: [Double] = []
         for _ in 0..<crashRounds {
@@ -51,7 +51,7 @@ enum RolesBench: BenchSuite {
                         floorName: "signal_post_to_wake_p50_us", floor: signalP50),
         ]
         return (results, [
-            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way (ping-pong / 2).",
+            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
             "targets": "preemption p50 <= 3 x (flock handoff + signal) p50; crash takeover p50 <= 1.5 x raw crash floor p50",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "preemption_breakdown": breakdown,
@@ -93,18 +93,22 @@ enum RolesBench: BenchSuite {
         return samples
     }
 
-    /// Signal post-to-wake, one way, against the signals suite's pong worker.
-    private static func signalOneWay(container: SharedContainer, path: String, rounds: Int) async throws -> [Double] {
+    /// Signal post-to-wake, one way, with the same idle gap before each post as the preemption
+    /// rounds have (a tight ping-pong keeps the CPUs awake and would flatter the floor).
+    private static func signalAfterIdle(container: SharedContainer, path: String, shm: MappedFile, rounds: Int) throws -> [Double] {
         let signals = try container.signals
-        let pongs = try signals.observe("bench.pong")
-        let worker = try WorkerProcess(suite: SignalsBench.name, container: path, arguments: ["signal-pong"])
+        baton_store32(word(shm, doneOffset), 0)
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["signal-stamp"])
         try worker.waitReady()
         var samples: [Double] = []
-        for index in 0..<(rounds + rounds / 10) {
+        for round in 1...(rounds + rounds / 10) {
+            usleep(500)
             let start = monotonicNanoseconds()
-            try signals.post("bench.ping", state: UInt64(index))
-            _ = try await pongs.next(deadline: .after(.seconds(5)))
-            if index >= rounds / 10 { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+            try signals.post("bench.roles.ping", state: UInt64(round))
+            SignalsBench.waitUntil(word(shm, doneOffset), equals: UInt32(truncatingIfNeeded: round))
+            if round > rounds / 10 {
+                samples.append(Double(baton_load64(stamp(shm, stampOffset)) &- start) / 1_000)
+            }
         }
         return samples
     }
@@ -232,6 +236,14 @@ enum RolesBench: BenchSuite {
             baton_store32(word(shm, doneOffset), 1)
             _ = baton_futex_wake_all(word(shm, doneOffset))
             try await Task.sleep(for: .seconds(3600))
+        case "signal-stamp":
+            let observation = try container.signals.observe("bench.roles.ping")
+            emit("ready")
+            for await delivery in observation {
+                baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
+                baton_store32(word(shm, doneOffset), UInt32(truncatingIfNeeded: delivery.state))
+                _ = baton_futex_wake_all(word(shm, doneOffset))
+            }
         case "holder":
             let role = try container.role("bench")
             let lease = try await role.acquire(priority: .main, kind: "holder", deadline: .after(.seconds(30)))
