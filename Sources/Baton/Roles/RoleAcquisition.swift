@@ -18,7 +18,7 @@ import Synchronization
 /// process suspends, the grace period ends, or the deadline passes.
 extension RoleCore {
     private enum Decision {
-        case granted(epoch: UInt64)
+        case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
@@ -76,9 +76,11 @@ extension RoleCore {
                 throw error
             }
             switch decision {
-            case .granted(let epoch):
+            case .granted(let epoch, let previous):
                 granted = true
                 ring()
+                // Outside the arbiter lock: unlinking waits for the file system's journal.
+                if let previous { directory.removeIfDead(previous) }
                 return epoch
             case .wait(let until, let blocker, let entitled, let byHolder):
                 if postedStop { ring() }
@@ -182,7 +184,6 @@ extension RoleCore {
         guard try holderLock.lock() else {
             throw BatonError(.corrupt, "this process's holder file of role \(name) is locked by another process; remove \(container.absolutePath(holderLock.relativePath))")
         }
-        if let holder, holder.lockID != holderLock.id { directory.removeIfDead(holder) }
         let epoch = transaction.nextEpoch()
         transaction.record.holder = RoleRecord.HolderEntry(
             epoch: epoch,
@@ -194,7 +195,7 @@ extension RoleCore {
             criticalSinceMonotonic: 0,
             lockID: holderLock.id)
         transaction.record.stop = nil
-        return .granted(epoch: epoch)
+        return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
     }
 
     private func isOwnRing(_ wake: Wake) -> Bool {

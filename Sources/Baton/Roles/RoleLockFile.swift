@@ -24,7 +24,11 @@ final class RoleLockFile: Sendable {
         self.id = UInt64.random(in: 1...UInt64.max)
     }
 
-    deinit { close() }
+    /// Closes and removes the file: its id is unique to this object, so no one else uses it.
+    deinit {
+        close()
+        directory.removeFile(relativePath)
+    }
 
     var relativePath: String { Self.relativePath(directory: directory, prefix: prefix, pid: getpid(), id: id) }
 
