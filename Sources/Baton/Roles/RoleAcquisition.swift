@@ -13,16 +13,17 @@ import Synchronization
 /// priority waits or holds, or this process asked a lower-priority holder to stop and its grace
 /// period (or the bound on its critical section) has not run out. A process that must wait locks
 /// its waiter file, so lower priorities see it. Between passes it sleeps until the role's signal
-/// rings (releases, stop requests, critical sections, waiters leaving), a lock file in the
-/// role's directory is closed (a holder or waiter died: the kernel's word, no heartbeat), this
-/// process suspends, the grace period ends, or the deadline passes.
+/// rings (releases, stop requests, critical sections, waiters leaving, this process suspending),
+/// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
+/// heartbeat), the grace period ends, or the deadline passes. The waits are one task group of
+/// three children (signal, close events, timer): each child waits without a timer of its own.
 extension RoleCore {
     private enum Decision {
         case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
-    private enum Wake: Sendable { case signal(SignalDelivery), files, process, timeout }
+    private enum Wake: Sendable { case signal(SignalDelivery), files, timeout }
 
     /// Acquires the role for this process (the caller holds the process's turn).
     /// - Returns: The epoch granted; this process's holder file is locked.
@@ -62,9 +63,9 @@ extension RoleCore {
             // release): the first pass below reads the record anyway.
             _ = try? await sources.observation.next(deadline: .after(.zero))
         }
-        var seen: (files: UInt64, process: UInt64) = (0, 0)
+        var filesSeen: UInt64 = 0
         while true {
-            if let sources { seen = (sources.files.events.snapshot(), turnChanges.snapshot()) }
+            if let sources { filesSeen = sources.files.events.snapshot() }
             try container.suspension.checkActive("acquire role \(name)")
             try Task.checkCancellation()
             let decision: Decision
@@ -110,8 +111,7 @@ extension RoleCore {
                 var wake: Wake
                 repeat {
                     wake = try await Self.waitAny(
-                        observation: current.observation, files: current.files, filesSeen: seen.files,
-                        process: turnChanges, processSeen: seen.process, deadline: slice)
+                        observation: current.observation, files: current.files, filesSeen: filesSeen, deadline: slice)
                     // This process's own ring (its stop request) changes nothing it waits for.
                 } while isOwnRing(wake)
                 if case .files = wake {
@@ -207,8 +207,6 @@ extension RoleCore {
         observation: SignalObservation,
         files: FileEvents.Subscription,
         filesSeen: UInt64,
-        process: EventCounter,
-        processSeen: UInt64,
         deadline: Deadline
     ) async throws -> Wake {
         // Each source waits without a deadline of its own (a deadline costs every wait a task
@@ -216,7 +214,6 @@ extension RoleCore {
         try await withThrowingTaskGroup(of: Wake.self) { group in
             group.addTask { .signal(try await observation.next(deadline: .never)) }
             group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
-            group.addTask { try await process.wait(after: processSeen, deadline: .never); return .process }
             if let instant = deadline.instant {
                 group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
             }

@@ -327,10 +327,7 @@ final class RoleCore: Sendable {
     // MARK: Suspension
 
     func suspend() {
-        let hadGrant = state.withLock { state -> Bool in
-            state.suspended = true
-            return state.grant != nil
-        }
+        state.withLock { $0.suspended = true }
         // Closing (not only unlocking) also wakes waiters through the close event. Transitions
         // check `suspended` and cannot run meanwhile, so nothing is locked again after this.
         directory.excludingTransitions {
@@ -338,7 +335,9 @@ final class RoleCore: Sendable {
             waiterLock.close()
         }
         turnChanges.notify()
-        if hadGrant { ring() }
+        // Wakes this process's own waiting acquisition (which then fails with `suspended`) and
+        // the waiters of other processes (the holder file was closed too).
+        ring()
     }
 
     func resume() throws {
