@@ -51,7 +51,7 @@ enum RolesBench: BenchSuite {
                         floorName: "signal_post_to_wake_p50_us", floor: signalP50),
         ]
         return (results, [
-            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
+            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (the executor asks again only after main released) (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
             "targets": "preemption p50 <= 3 x (flock handoff + signal) p50; crash takeover p50 <= 1.5 x raw crash floor p50",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "preemption_breakdown": breakdown,
@@ -177,6 +177,7 @@ enum RolesBench: BenchSuite {
             let lease = try await role.acquire(priority: .main, kind: "bench", deadline: .after(.seconds(10)))
             let end = monotonicNanoseconds()
             await lease.release()
+            worker.send("again")
             if round >= rounds / 10 {
                 samples.append(Double(end - start) / 1_000)
                 seen.append(Double(Int64(bitPattern: baton_load64(stamp(shm, seenOffset)) &- start)) / 1_000)
@@ -259,6 +260,8 @@ enum RolesBench: BenchSuite {
                 baton_store64(stamp(shm, seenOffset), monotonicNanoseconds())
                 await lease.release()
                 baton_store64(stamp(shm, releasedOffset), monotonicNanoseconds())
+                // Ask again only once main is done, so that the figure is the preemption alone.
+                guard readStandardInputLine() != nil else { return }
             }
         default:
             throw BatonError(.invalidArgument, "unknown roles worker \(arguments)")
