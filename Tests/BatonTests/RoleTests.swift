@@ -7,7 +7,7 @@ import Glibc
 
 /// Roles with real processes: `baton role acquire` children, the test process itself as a
 /// holder, SIGKILL and SIGSTOP.
-@Suite("Roles", .serialized)
+@Suite("Roles", .serialized, .timeLimit(.minutes(1)))
 struct RoleTests {
     // MARK: Helpers
 
@@ -232,6 +232,24 @@ struct RoleTests {
         try await container.resume()
         let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(1)))
         await lease.release()
+    }
+
+    @Test func cancellingAWaitLeavesNoWaiterBehind() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let waiting = Task { try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(60))) }
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == getpid() } }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiting.value }
+        #expect(try role.status().waiters.isEmpty)
+        // The process's turn was given back: it can wait again.
+        let busy = try await #require(throws: BatonError.self) {
+            try await role.acquire(priority: .executor, deadline: .after(.milliseconds(100)))
+        }
+        #expect(busy.code == .busy)
+        #expect(busy.message.contains("pid \(main.pid)"))
     }
 
     // MARK: Records and status
