@@ -64,6 +64,8 @@ final class RoleCore: Sendable {
         self.directory = directory
         self.holderLock = RoleLockFile(directory: directory, prefix: "holder")
         self.waiterLock = RoleLockFile(directory: directory, prefix: "waiter")
+        try holderLock.prepare()
+        try waiterLock.prepare()
     }
 
     deinit {

@@ -56,6 +56,16 @@ final class RoleLockFile: Sendable {
 
     var isLocked: Bool { state.withLock { $0.locked } }
 
+    /// Creates and maps the file now (unlocked), so that taking the role later costs only a
+    /// `flock`: creating a file waits for the file system's journal.
+    func prepare() throws {
+        try state.withLock { state in
+            if state.file == nil {
+                state.file = try MappedFile(directory.container, relativePath: relativePath, minimumSize: Self.contentSize)
+            }
+        }
+    }
+
     /// Locks the file exclusively (creating it when missing), after writing `content` into it.
     /// Call inside a transition of the role. Returns `false` if another process holds it.
     func lock(content: String? = nil) throws -> Bool {
