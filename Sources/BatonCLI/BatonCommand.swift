@@ -14,6 +14,7 @@ struct BatonCommand: AsyncParsableCommand {
             DatabaseCommand.self,
             DatabaseTestCommand.self,
             ChannelCommand.self,
+            RoleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]

@@ -54,6 +54,7 @@ let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     DatabaseBench.self,
     ChannelsBench.self,
+    RolesBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
