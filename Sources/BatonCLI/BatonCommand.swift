@@ -13,6 +13,8 @@ struct BatonCommand: AsyncParsableCommand {
             LockCommand.self,
             DatabaseCommand.self,
             DatabaseTestCommand.self,
+            ChannelCommand.self,
+            RoleCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,

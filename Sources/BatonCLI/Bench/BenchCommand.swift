@@ -53,6 +53,8 @@ protocol BenchSuite: SendableMetatype {
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     DatabaseBench.self,
+    ChannelsBench.self,
+    RolesBench.self,
     LifecycleBench.self,
 ]
 

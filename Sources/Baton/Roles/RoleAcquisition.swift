@@ -1,0 +1,224 @@
+#if canImport(FoundationEssentials)
+import CBatonShims
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Synchronization
+
+/// Acquiring a role across processes: the waiting loop of one process's request.
+///
+/// Each pass is one transition under the arbiter lock that either grants the role (a new epoch,
+/// and this process's holder file locked), or records why the process must wait: a higher
+/// priority waits or holds, or this process asked a lower-priority holder to stop and its grace
+/// period (or the bound on its critical section) has not run out. A process that must wait locks
+/// its waiter file, so lower priorities see it. Between passes it sleeps until the role's signal
+/// rings (releases, stop requests, critical sections, waiters leaving, this process suspending),
+/// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
+/// heartbeat), the grace period ends, or the deadline passes. The waits are one task group of
+/// three children (signal, close events, timer): each child waits without a timer of its own.
+extension RoleCore {
+    private enum Decision {
+        case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
+        case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
+    }
+
+    private enum Wake: Sendable { case signal(SignalDelivery), files, timeout }
+
+    /// Acquires the role for this process (the caller holds the process's turn).
+    /// - Returns: The epoch granted; this process's holder file is locked.
+    func acquireAcrossProcesses(
+        priority: RolePriority,
+        kind: String,
+        options: RoleOptions,
+        deadline: Deadline
+    ) async throws -> UInt64 {
+        try checkActive("acquire role \(name)")
+        _ = try container.signals
+        var postedStop = false
+        var granted = false
+        defer {
+            let waited = waiterLock.isLocked
+            waiterLock.unlock()
+            if postedStop && !granted && !state.withLock({ $0.suspended }) {
+                let waiterID = waiterLock.id
+                _ = try? directory.transition { transaction in
+                    guard transaction.record.stop?.waiterID == waiterID else { return }
+                    transaction.record.stop = nil
+                    if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
+                }
+            }
+            if waited && !granted { ring() }
+        }
+        // After a close event while the holder still looks alive: the kernel reports a dying
+        // process's closes one by one (the arbiter's, the record's...) and drops its holder lock
+        // just after that file's own close, so look again shortly, then keep waiting for the
+        // next close with a short backstop.
+        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
+        var retryIndex = quickRetries.count
+        var shortWaits = 0
+        var sources = existingWaitSources
+        if let sources {
+            // Drop a delivery left over from before this call (often this process's own last
+            // release): the first pass below reads the record anyway.
+            _ = try? await sources.observation.next(deadline: .after(.zero))
+        }
+        var filesSeen: UInt64 = 0
+        while true {
+            if let sources { filesSeen = sources.files.events.snapshot() }
+            try checkActive("acquire role \(name)")
+            try Task.checkCancellation()
+            let decision: Decision
+            do {
+                decision = try transitionOnce(priority: priority, kind: kind, options: options, postedStop: &postedStop)
+            } catch {
+                // A grant whose record could not be written is no grant.
+                if state.withLock({ $0.grant == nil }) { holderLock.unlock() }
+                throw error
+            }
+            switch decision {
+            case .granted(let epoch, let previous):
+                granted = true
+                ring()
+                // Outside the arbiter lock: unlinking waits for the file system's journal.
+                if let previous { directory.removeIfDead(previous) }
+                return epoch
+            case .wait(let until, let blocker, let entitled, let byHolder):
+                if postedStop { ring() }
+                if deadline.hasPassed {
+                    if entitled {
+                        throw BatonError(.timedOut, "timed out acquiring role \(name): \(blocker) was asked to stop but did not release before the deadline; wait longer or lower the grace period")
+                    }
+                    throw BatonError(.busy, "role \(name) is busy: \(blocker); it cannot be acquired at priority \(priority) until that process releases or leaves")
+                }
+                guard let current = sources else {
+                    // First wait: start listening, then look again before sleeping.
+                    sources = try waitSources()
+                    continue
+                }
+                if byHolder, retryIndex < quickRetries.count {
+                    // A close was reported: the kernel drops a dying holder's lock just after.
+                    try await Task.sleep(for: quickRetries[retryIndex])
+                    retryIndex += 1
+                    continue
+                }
+                var slice = deadline.earliest(.after(shortWaits > 0 ? .milliseconds(1) : options.backstopInterval))
+                shortWaits = max(shortWaits - 1, 0)
+                if let until {
+                    let now = baton_monotonic_ns()
+                    slice = slice.earliest(.after(.nanoseconds(Int64(until > now ? until - now : 0))))
+                }
+                var wake: Wake
+                repeat {
+                    wake = try await Self.waitAny(
+                        observation: current.observation, files: current.files, filesSeen: filesSeen, deadline: slice)
+                    // This process's own ring (its stop request) changes nothing it waits for.
+                } while isOwnRing(wake)
+                if case .files = wake {
+                    retryIndex = 0
+                    shortWaits = 8
+                } else {
+                    retryIndex = quickRetries.count
+                }
+            }
+        }
+    }
+
+    private func transitionOnce(priority: RolePriority, kind: String, options: RoleOptions, postedStop: inout Bool) throws -> Decision {
+        try directory.transition { transaction -> Decision in
+            if state.withLock({ $0.suspended }) {
+                throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
+            }
+            let decision = try decide(&transaction, priority: priority, kind: kind, options: options, postedStop: &postedStop)
+            if case .wait = decision, !waiterLock.isLocked {
+                _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
+            }
+            return decision
+        }
+    }
+
+    private func decide(
+        _ transaction: inout RoleDirectory.Transaction,
+        priority: RolePriority,
+        kind: String,
+        options: RoleOptions,
+        postedStop: inout Bool
+    ) throws -> Decision {
+        let now = baton_monotonic_ns()
+        let myWaiterID = waiterLock.id
+        let others = try directory.liveWaiters(excluding: myWaiterID, removeDead: true)
+        if let stop = transaction.record.stop, stop.waiterID != myWaiterID, !others.contains(where: { $0.id == stop.waiterID }) {
+            // The requester gave up or died.
+            transaction.record.stop = nil
+            if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
+        }
+        let holder = transaction.record.holder
+        let holderAlive = try holder.map { try directory.isHolderAlive($0) } ?? false
+        if let higher = others.first(where: { $0.priority > priority }) {
+            return .wait(until: nil, blocker: "a process of priority \(higher.priority) (pid \(higher.pid), kind \(higher.kind)) is waiting for it", entitled: false, byHolder: false)
+        }
+        if holderAlive, let holder {
+            let description = "held by priority \(RolePriority(Int(holder.priority))) (pid \(holder.pid), kind \(holder.kind), epoch \(holder.epoch), \(holder.state.rawValue))"
+            if Int(holder.priority) >= priority.value {
+                return .wait(until: nil, blocker: description, entitled: false, byHolder: true)
+            }
+            if (transaction.record.stop?.priority ?? .min) < Int64(priority.value) {
+                transaction.record.stop = RoleRecord.StopEntry(
+                    waiterID: myWaiterID,
+                    priority: Int64(priority.value),
+                    pid: getpid(),
+                    requestedMonotonic: now,
+                    requestedWallNanoseconds: RoleDirectory.wallNanoseconds(),
+                    graceNanoseconds: UInt64(max(options.gracePeriod.nanoseconds, 0)),
+                    maximumCriticalNanoseconds: UInt64(max(options.maximumCriticalWait.nanoseconds, 0)))
+                if holder.state == .running { transaction.record.holder?.state = .stopping }
+                postedStop = true
+            }
+            let overtakeAt = transaction.record.stop!.overtakeAt(holderState: transaction.record.holder!.state)
+            if now < overtakeAt {
+                return .wait(until: overtakeAt, blocker: description, entitled: true, byHolder: true)
+            }
+            // The holder ignored the stop request past its grace period: overtake it. Its
+            // epoch is over; its token fails validation from this transition on.
+        }
+        guard try holderLock.lock() else {
+            throw BatonError(.corrupt, "this process's holder file of role \(name) is locked by another process; remove \(container.absolutePath(holderLock.relativePath))")
+        }
+        let epoch = transaction.nextEpoch()
+        transaction.record.holder = RoleRecord.HolderEntry(
+            epoch: epoch,
+            priority: Int64(priority.value),
+            pid: getpid(),
+            state: .running,
+            kind: kind,
+            sinceWallNanoseconds: RoleDirectory.wallNanoseconds(),
+            criticalSinceMonotonic: 0,
+            lockID: holderLock.id)
+        transaction.record.stop = nil
+        return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
+    }
+
+    private func isOwnRing(_ wake: Wake) -> Bool {
+        if case .signal(let delivery) = wake { return isOwnRing(delivery) }
+        return false
+    }
+
+    private static func waitAny(
+        observation: SignalObservation,
+        files: FileEvents.Subscription,
+        filesSeen: UInt64,
+        deadline: Deadline
+    ) async throws -> Wake {
+        // Each source waits without a deadline of its own (a deadline costs every wait a task
+        // group and a timer); one timer child covers the deadline for all of them.
+        try await withThrowingTaskGroup(of: Wake.self) { group in
+            group.addTask { .signal(try await observation.next(deadline: .never)) }
+            group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
+            if let instant = deadline.instant {
+                group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? .timeout
+        }
+    }
+}
