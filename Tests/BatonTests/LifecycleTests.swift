@@ -521,6 +521,32 @@ struct LifecycleTests {
 
     // MARK: Two processes
 
+    @Test func roleHandOverBetweenTwoProcessesNeverOverlaps() async throws {
+        let directory = try TemporaryContainer()
+        let server = try LoopbackServer()
+        let common = ["lifecycle", "supervise", "--port", "\(server.port)", "--role", "core", "--keep-alive", "0.05"]
+        let executor = try ChildProcess(common + ["--role-priority", "executor", "--name", "executor"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
+        // The app takes the role: the executor closes its connection, then releases the lease.
+        let app = try ChildProcess(common + ["--role-priority", "main", "--name", "app"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
+        try await Task.sleep(for: .milliseconds(300)) // the executor waits; it must not get in
+        // The app crashes: the kernel frees the role and the executor reconnects at once.
+        app.signal(SIGKILL)
+        _ = try await app.wait()
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
+        let app2 = try ChildProcess(common + ["--role-priority", "main", "--name", "app2"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
+        app2.signal(SIGTERM)
+        #expect(try await app2.wait() == 0)
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 3 && $0.last?.isOpen == true }
+        executor.signal(SIGTERM)
+        #expect(try await executor.wait() == 0)
+        let records = try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
+        #expect(records.map(\.name) == ["executor", "app", "executor", "app2", "executor"])
+        #expect(LoopbackServer.neverOverlapped(records), "two processes were connected at once: \(records)")
+    }
+
     @Test func handOverBetweenTwoProcessesNeverOverlaps() async throws {
         let directory = try TemporaryContainer()
         let server = try LoopbackServer()
