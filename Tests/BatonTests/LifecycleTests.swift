@@ -395,6 +395,52 @@ struct LifecycleTests {
         }
     }
 
+    @Test func sensitiveTaskDefersARolePreemptionByAnotherProcess() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let server = try LoopbackServer()
+        let port = server.port
+        let role = try Role(container, name: "core")
+        let supervisor = ConnectionSupervisor(
+            container: container, permit: RolePermit(role, priority: .executor, kind: "extension"),
+            configuration: .init(keepAliveInterval: nil)
+        ) { try LoopbackConnection.open(port: port, name: "extension") }
+        let background = LocalBackgroundTasks()
+        let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
+        let (finish, finishContinuation) = AsyncStream<Void>.makeStream()
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connected") { $0.last?.isConnected == true }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await sensitive.withSensitiveTask("payment") {
+                        for await _ in finish { break }
+                    }
+                }
+                while try role.status().holder?.state != .critical { try await Task.sleep(for: .milliseconds(2)) }
+                // The app asks for the role; the sensitive task holds it off.
+                let app = try ChildProcess(["role", "acquire", "--name", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
+                                           container: directory.path)
+                while try role.status().holder?.stopRequest == nil { try await Task.sleep(for: .milliseconds(2)) }
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(!app.lines.contains { $0.contains("\"acquired\"") })
+                #expect(server.records.count == 1 && server.records[0].isOpen)
+                #expect(log.states.last?.isConnected == true)
+                finishContinuation.yield()
+                try await group.waitForAll()
+                // Then the extension closes its connection and the app gets the role.
+                try await app.line(timeout: 20) { $0.contains("\"acquired\"") }
+                // The lease is released only after the connection is closed.
+                #expect(supervisor.connection == nil)
+                try await server.waitUntil { !$0[0].isOpen }
+                try await log.waitUntil("waiting for the role") { $0.last == .waitingForPermit }
+                app.signal(SIGKILL)
+            }
+            // The app is gone: the extension takes the role back and reconnects.
+            try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
+        }
+        #expect(background.begunCount == 1 && background.endedCount == 1)
+    }
+
     @Test func expiryCancelsTheWorkAndReleasesEveryLock() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
