@@ -90,28 +90,44 @@ enum LifecycleBench: BenchSuite {
         let stamps = Mutex<[UInt64]>([])
         let connected = DispatchSemaphore(value: 0)
         let stop = Mutex(false)
+        let failure = Mutex<String?>(nil)
         let thread = Thread {
-            var fd = (try? LoopbackConnection.connectSocket(port: port)) ?? -1
+            var fd: Int32 = -1
+            do { fd = try LoopbackConnection.connectSocket(port: port) } catch { failure.withLock { $0 = "\(error)" } }
             connected.signal()
             var byte: UInt8 = 0
             while fd >= 0 {
                 _ = recv(fd, &byte, 1, 0)
                 close(fd)
                 if stop.withLock({ $0 }) { return }
-                fd = (try? LoopbackConnection.connectSocket(port: port)) ?? -1
+                do {
+                    fd = try LoopbackConnection.connectSocket(port: port)
+                } catch {
+                    failure.withLock { $0 = "\(error)" }
+                    fd = -1
+                }
                 let now = monotonicNanoseconds()
                 stamps.withLock { $0.append(now) }
                 connected.signal()
             }
         }
         thread.start()
-        connected.wait()
+        /// Waits for the client thread, failing instead of hanging.
+        func awaitClient() throws {
+            guard connected.wait(timeout: .now() + 10) == .success else {
+                throw BatonError(.timedOut, "the raw client did not reconnect within 10 s")
+            }
+            if let message = failure.withLock({ $0 }) {
+                throw BatonError(.systemCallFailed, "the raw client could not reconnect: \(message)")
+            }
+        }
+        try awaitClient()
         var samples: [Double] = []
         for index in 0..<(rounds + rounds / 10) {
             try waitForOpen(server)
             let start = monotonicNanoseconds()
             server.dropAll()
-            connected.wait()
+            try awaitClient()
             let end = stamps.withLock { $0.last! }
             if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
         }
