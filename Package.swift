@@ -12,6 +12,7 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "Baton", targets: ["Baton"]),
+        .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
     ],
     dependencies: [
@@ -24,10 +25,16 @@ let package = Package(
             dependencies: ["CBatonShims"],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BatonSimulator",
+            dependencies: ["Baton", "CBatonShims"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "BatonCLI",
             dependencies: [
                 "Baton",
+                "BatonSimulator",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -35,7 +42,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI"],
+            dependencies: ["Baton", "BatonCLI", "BatonSimulator"],
             swiftSettings: swiftSettings
         ),
     ]
