@@ -12,7 +12,7 @@ struct BatonCommand: AsyncParsableCommand {
             PresenceCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
-            SimulatorAppCommand.self, SimulatorExtensionCommand.self,
+            DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
         ]
     )
 

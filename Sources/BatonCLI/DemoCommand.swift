@@ -1,0 +1,130 @@
+import ArgumentParser
+import Baton
+import BatonSimulator
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// `baton demo`: the app-plus-extension story, run for real with the simulator.
+struct DemoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Run an app and its extensions for real: messages, suspension, pushes, and (with --chaos) crashes.",
+        discussion: """
+        Messages flow from a loopback server while the app goes through foreground, background, \
+        suspension and termination; extension processes handle the pushes. With --chaos, processes \
+        are killed (SIGKILL) and stalled (SIGSTOP) at seeded random moments. Exits non-zero when a \
+        message is lost or shown twice, two cores were connected at once, or a process was killed \
+        for holding a lock while suspended.
+        """
+    )
+
+    @Option(help: "Messages to send.") var messages = 60
+    @Option(help: "Length of the scripted run, in seconds (a short drain follows).") var seconds = 30.0
+    @Flag(help: "Kill and stall processes at random moments.") var chaos = false
+    @Option(help: "Seed of the message times and the fault schedule (default: random).") var seed: UInt64?
+    @Flag(help: "Print one JSON object on standard output (progress goes to standard error).") var json = false
+    @Option(help: "Write the timeline as a self-contained HTML page.") var timeline: String?
+    @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
+
+    func validate() throws {
+        guard messages >= 1, messages <= 10_000 else { throw ValidationError("--messages must be 1 to 10000") }
+        guard seconds >= 3, seconds <= 3600 else { throw ValidationError("--seconds must be 3 to 3600") }
+    }
+
+    func run() async throws {
+        let directory = try container ?? makeTemporaryDirectory(prefix: "baton-demo")
+        defer { if container == nil { removeTree(directory) } }
+        let seed = self.seed ?? UInt64.random(in: 1...999_999)
+        var options = Demo.Options(executable: selfExecutable(), container: directory)
+        options.messages = messages
+        options.seconds = seconds
+        options.chaos = chaos
+        options.seed = seed
+        let json = self.json
+        options.progress = { line in
+            if json { FileHandleOutput.standardError(line) } else { emit(line) }
+        }
+        if !json {
+            emit("baton demo: \(messages) messages over \(Int(seconds)) s\(chaos ? " with chaos" : ""), seed \(seed), container \(directory)")
+        }
+        let (report, recorded) = try await Demo(options: options).run()
+        if let timeline {
+            let page = TimelinePage.render(recorded, title: "baton demo — \(report.sent) messages, seed \(seed)\(chaos ? ", chaos" : "")", summary: summary(report))
+            let fd = open(timeline, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw ValidationError("cannot write \(timeline)") }
+            defer { close(fd) }
+            var text = page
+            text.withUTF8 { buffer in _ = write(fd, buffer.baseAddress, buffer.count) }
+        }
+        if json {
+            emit(try jsonLine(object(report)))
+        } else {
+            emit("")
+            for (name, value) in summary(report) { emit("  \(name.padding(26))\(value)") }
+            if !report.faultSchedule.isEmpty { emit("  fault schedule: \(report.faultSchedule.joined(separator: "; "))") }
+            if let timeline { emit("  timeline: \(timeline)") }
+            emit(report.failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + report.failures.joined(separator: "\n  "))
+        }
+        if !report.failures.isEmpty { throw ExitCode(1) }
+    }
+
+    private func summary(_ report: DemoReport) -> [(String, String)] {
+        [
+            ("sent / stored / shown", "\(report.sent) / \(report.stored) / \(report.shown)"),
+            ("lost", "\(report.lost.count)"),
+            ("shown twice", "\(report.shownTwice.count)"),
+            ("overlapping connections", "\(report.overlappingConnections)"),
+            ("0xDEAD10CC kills", "\(report.deadLockKills)"),
+            ("send to shown (ms)", "p50 \(fixed(report.sendToShownMilliseconds.p50)), p99 \(fixed(report.sendToShownMilliseconds.p99))"),
+            ("core handovers", "\(report.handovers)"),
+            ("connections", "\(report.connections)"),
+            ("suspensions", "\(report.suspensions)"),
+            ("app / extension launches", "\(report.appLaunches) / \(report.extensionLaunches)"),
+            ("pushes", "\(report.pushes)"),
+            ("extension peak memory", "\(fixed(report.extensionPeakResidentMiB)) MiB"),
+            ("limit kills (memory/time)", "\(report.memoryLimitKills) / \(report.timeLimitKills)"),
+            ("faults injected", "\(report.faultsInjected)"),
+            ("duration", "\(fixed(report.durationSeconds)) s"),
+        ]
+    }
+
+    private func object(_ report: DemoReport) -> JSONValue {
+        .object([
+            "sent": .int(report.sent),
+            "stored": .int(report.stored),
+            "shown": .int(report.shown),
+            "lost": .int(report.lost.count),
+            "lost_ids": .array(report.lost.map(JSONValue.string)),
+            "shown_twice": .int(report.shownTwice.count),
+            "overlapping_connections": .int(report.overlappingConnections),
+            "dead10cc_kills": .int(report.deadLockKills),
+            "extension_peak_rss_mib": .double((report.extensionPeakResidentMiB * 100).rounded() / 100),
+            "send_to_shown_ms": .object([
+                "p50": .double((report.sendToShownMilliseconds.p50 * 100).rounded() / 100),
+                "p99": .double((report.sendToShownMilliseconds.p99 * 100).rounded() / 100),
+            ]),
+            "handovers": .int(report.handovers),
+            "faults_injected": .int(report.faultsInjected),
+            "fault_schedule": .array(report.faultSchedule.map(JSONValue.string)),
+            "memory_limit_kills": .int(report.memoryLimitKills),
+            "time_limit_kills": .int(report.timeLimitKills),
+            "connections": .int(report.connections),
+            "suspensions": .int(report.suspensions),
+            "app_launches": .int(report.appLaunches),
+            "extension_launches": .int(report.extensionLaunches),
+            "pushes": .int(report.pushes),
+            "duration_s": .double((report.durationSeconds * 100).rounded() / 100),
+            "seed": .int(Int(report.seed)),
+            "chaos": .bool(report.chaos),
+            "failures": .array(report.failures.map(JSONValue.string)),
+            "ok": .bool(report.failures.isEmpty),
+        ])
+    }
+}
+
+extension String {
+    func padding(_ width: Int) -> String { count >= width ? self + " " : self + String(repeating: " ", count: width - count) }
+}
