@@ -10,6 +10,7 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
+            RoleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
             DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
