@@ -32,7 +32,7 @@ public struct SimulatedApp: Sendable {
     public func run() async throws {
         let presence = try container.presence.register(kind: "app")
         defer { presence.release() }
-        let role = try InterimCoreRole(container: container)
+        let role = try container.role("core")
         let store = try InterimMessageStore(container: container)
         ChildChannel.emit(.ready)
         // The core runs in a child task that is started and stopped as the app moves between
@@ -89,21 +89,22 @@ public struct SimulatedApp: Sendable {
     }
 
     /// Holds the role and keeps one connection up until cancelled; reconnects after a drop.
-    private func runCore(role: InterimCoreRole, store: InterimMessageStore) async {
+    private func runCore(role: Role, store: InterimMessageStore) async {
         var delay = Duration.milliseconds(20)
         while !Task.isCancelled {
-            let lease: InterimCoreRole.Lease
+            let lease: RoleLease
             do {
-                lease = try await role.acquireMain(deadline: .after(.seconds(10)))
+                lease = try await role.acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
             } catch {
                 if !Task.isCancelled { ChildChannel.emit(.error, detail: "acquiring the core role: \(error)") }
                 try? await Task.sleep(for: delay)
                 continue
             }
             ChildChannel.emit(.roleAcquired, epoch: lease.epoch, detail: "main")
-            while !Task.isCancelled && lease.isHeld {
+            while !Task.isCancelled && lease.isValid {
                 do {
                     try await source.run(epoch: lease.epoch, receive: { message in
+                        try lease.validate()
                         if try store.store(message) { ChildChannel.emit(.stored, message: message.id, detail: "app") }
                         if try store.claimForDisplay(message.id) {
                             ChildChannel.emit(.shown, message: message.id, detail: "app")
@@ -116,7 +117,7 @@ public struct SimulatedApp: Sendable {
                     delay = min(delay * 2, .milliseconds(500))
                 }
             }
-            lease.release()
+            await lease.release()
             ChildChannel.emit(.roleReleased, epoch: lease.epoch, detail: "main")
         }
     }

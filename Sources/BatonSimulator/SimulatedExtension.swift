@@ -40,7 +40,7 @@ public struct SimulatedExtension: Sendable {
 
     /// Runs until standard input closes or an `exit` command arrives.
     public func run() async throws {
-        let role = try InterimCoreRole(container: container)
+        let role = try container.role("core")
         let store = try InterimMessageStore(container: container)
         let executor = Executor()
         let ballast = Mutex<[[UInt8]]>([])
@@ -67,7 +67,7 @@ public struct SimulatedExtension: Sendable {
         }
     }
 
-    private func instance(for id: String, role: InterimCoreRole, store: InterimMessageStore, executor: Executor) async {
+    private func instance(for id: String, role: Role, store: InterimMessageStore, executor: Executor) async {
         ChildChannel.emit(.instanceStarted, message: id)
         defer { ChildChannel.emit(.instanceFinished, message: id) }
         let deadline = Deadline.after(patience)
@@ -87,7 +87,7 @@ public struct SimulatedExtension: Sendable {
     }
 
     /// Steps 1 to 4 of the type's description; false at the deadline.
-    private func message(_ id: String, deadline: Deadline, role: InterimCoreRole, store: InterimMessageStore, executor: Executor) async throws -> Bool {
+    private func message(_ id: String, deadline: Deadline, role: Role, store: InterimMessageStore, executor: Executor) async throws -> Bool {
         let stored = try container.signals.observe(InterimMessageStore.signal)
         defer { stored.cancel() }
         executor.state.withLock { _ = $0.wanted.insert(id) }
@@ -102,7 +102,7 @@ public struct SimulatedExtension: Sendable {
             }
             if runHere {
                 defer { executor.state.withLock { $0.running = false } }
-                if try !role.isMainPresent(), let lease = try role.tryAcquireExecutor() {
+                if try !Self.appHasCore(role), let lease = try? await role.acquire(priority: .executor, kind: "extension", deadline: deadline.earliest(.after(.milliseconds(300)))) {
                     await runExecutor(lease: lease, store: store, executor: executor, deadline: deadline)
                     continue
                 }
@@ -113,18 +113,21 @@ public struct SimulatedExtension: Sendable {
         return try store.contains(id)
     }
 
+    /// Whether the app holds the core or waits for it.
+    static func appHasCore(_ role: Role) throws -> Bool {
+        let status = try role.status()
+        return status.holder.map { $0.priority >= .main } == true || status.waiters.contains { $0.priority >= .main }
+    }
+
     /// Runs the core as the executor until every wanted message is stored and the server is idle,
     /// the app asks for the core, or the deadline passes.
-    private func runExecutor(lease: InterimCoreRole.Lease, store: InterimMessageStore, executor: Executor, deadline: Deadline) async {
+    private func runExecutor(lease: RoleLease, store: InterimMessageStore, executor: Executor, deadline: Deadline) async {
         ChildChannel.emit(.roleAcquired, epoch: lease.epoch, detail: "executor")
-        defer {
-            lease.release()
-            ChildChannel.emit(.roleReleased, epoch: lease.epoch, detail: "executor")
-        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 do {
                     try await source.run(epoch: lease.epoch, receive: { message in
+                        try lease.validate()
                         if try store.store(message) { ChildChannel.emit(.stored, message: message.id, detail: "executor") }
                     }, isDone: {
                         let wanted = executor.state.withLock { $0.wanted }
@@ -134,10 +137,16 @@ public struct SimulatedExtension: Sendable {
                     if !Task.isCancelled { ChildChannel.emit(.error, detail: "executor core: \(error)") }
                 }
             }
-            group.addTask { await lease.stopRequested() }
+            group.addTask {
+                // The app asked for the core (or the lease ended): stop the source at once.
+                for await _ in lease.stopRequests { break }
+            }
             group.addTask { try? await Task.sleep(for: deadline.remaining ?? .seconds(30)) }
             await group.next()
             group.cancelAll()
         }
+        // The connection is closed (the source task ended) before the role is released.
+        await lease.release()
+        ChildChannel.emit(.roleReleased, epoch: lease.epoch, detail: "executor")
     }
 }
