@@ -28,6 +28,7 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object on standard output (progress goes to standard error).") var json = false
     @Option(help: "Write the timeline as a self-contained HTML page.") var timeline: String?
     @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
+    @Option(help: "Write every event of the run to this file, one JSON object a line.") var events: String?
 
     func validate() throws {
         guard messages >= 1, messages <= 10_000 else { throw ValidationError("--messages must be 1 to 10000") }
@@ -53,11 +54,18 @@ struct DemoCommand: AsyncParsableCommand {
         let (report, recorded) = try await Demo(options: options).run()
         if let timeline {
             let page = TimelinePage.render(recorded, title: "baton demo — \(report.sent) messages, seed \(seed)\(chaos ? ", chaos" : "")", summary: summary(report))
-            let fd = open(timeline, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw ValidationError("cannot write \(timeline)") }
-            defer { close(fd) }
-            var text = page
-            text.withUTF8 { buffer in _ = write(fd, buffer.baseAddress, buffer.count) }
+            try write(page, to: timeline)
+        }
+        if let events {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            var text = ""
+            for event in recorded.events {
+                var event = event
+                event.time -= min(event.time, recorded.origin)
+                text += String(decoding: try encoder.encode(event), as: UTF8.self) + "\n"
+            }
+            try write(text, to: events)
         }
         if json {
             emit(try jsonLine(object(report)))
@@ -69,6 +77,15 @@ struct DemoCommand: AsyncParsableCommand {
             emit(report.failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + report.failures.joined(separator: "\n  "))
         }
         if !report.failures.isEmpty { throw ExitCode(1) }
+    }
+
+    private func write(_ text: String, to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw ValidationError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var text = text
+        let written = text.withUTF8 { buffer in Glibc.write(fd, buffer.baseAddress, buffer.count) }
+        guard written == text.utf8.count else { throw ValidationError("cannot write \(path)") }
     }
 
     private func summary(_ report: DemoReport) -> [(String, String)] {

@@ -45,8 +45,10 @@ public struct Demo: Sendable {
 
     /// The app's script, as fractions of the run.
     static let script: [(at: Double, step: Step)] = [
-        (0.0, .foreground), (0.12, .background), (0.18, .suspend), (0.36, .foreground),
-        (0.48, .background), (0.52, .suspend), (0.64, .terminate), (0.84, .foreground),
+        (0.00, .foreground), (0.10, .background), (0.14, .suspend),
+        (0.26, .foreground), (0.36, .background), (0.40, .suspend),
+        (0.50, .foreground), (0.56, .background), (0.60, .suspend), (0.66, .terminate),
+        (0.84, .foreground),
     ]
 
     /// The messages' send times: seeded, some alone, some in bursts (several pushes at once).
@@ -140,6 +142,10 @@ public struct Demo: Sendable {
         }
         var report = DemoReport()
         report.tally(timeline.events)
+        // What is really in the store (a process killed right after storing never reported it).
+        let stored = try InterimMessageStore(container: SharedContainer(path: options.container)).storedIDs()
+        let sentIDs = Set(timeline.events.filter { $0.kind == .sent }.compactMap(\.message))
+        report.stored = stored.intersection(sentIDs).count
         report.overlappingConnections = server.overlappingConnections
         report.deadLockKills = simulator.deadLockKills
         report.extensionPeakResidentMiB = Double(simulator.peakExtensionResidentMemory) / 1_048_576

@@ -55,9 +55,19 @@ final class InterimMessageStore: Sendable {
         throw SimulatorError.system("creating \(path)", errno)
     }
 
+    /// Every stored message's id.
+    func storedIDs() throws -> Set<String> {
+        try names().messages
+    }
+
     /// Stored messages nobody has shown yet.
     func unshown() throws -> [String] {
-        guard let stream = opendir(container.absolutePath(Self.directory)) else { return [] }
+        let names = try names()
+        return names.messages.subtracting(names.shown).sorted()
+    }
+
+    private func names() throws -> (messages: Set<String>, shown: Set<String>) {
+        guard let stream = opendir(container.absolutePath(Self.directory)) else { return ([], []) }
         defer { closedir(stream) }
         var messages = Set<String>()
         var shown = Set<String>()
@@ -68,6 +78,6 @@ final class InterimMessageStore: Sendable {
             if name.hasSuffix(".msg") { messages.insert(String(name.dropLast(4))) }
             if name.hasSuffix(".shown") { shown.insert(String(name.dropLast(6))) }
         }
-        return messages.subtracting(shown).sorted()
+        return (messages, shown)
     }
 }

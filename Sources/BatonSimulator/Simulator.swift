@@ -79,6 +79,8 @@ public final class Simulator: Sendable {
         var extensionLaunches = 0
         var extensions: [Int32: ExtensionProcess] = [:]
         var stalled: Set<Int32> = []
+        /// Stopped by ``suspend(_:)`` (not by a chaos stall): only ``resume(_:)`` continues them.
+        var suspended: Set<Int32> = []
         var coreHolder: Int32?
         var dead10ccKills = 0
         var limitKills: [String: Int] = [:]
@@ -190,6 +192,7 @@ public final class Simulator: Sendable {
             if state.coreHolder == process.pid { state.coreHolder = nil }
             state.extensions[process.pid] = nil
             state.stalled.remove(process.pid)
+            state.suspended.remove(process.pid)
             if state.app === process {
                 state.app = nil
                 state.phase = .notRunning
@@ -285,6 +288,7 @@ public final class Simulator: Sendable {
         process.send(ChildCommand(.willSuspend))
         _ = await wait(for: released, timeout: configuration.suspensionGrace)
         guard process.isRunning else { return false }
+        state.withLock { _ = $0.suspended.insert(process.pid) }
         process.signal(SIGSTOP)
         timeline.record(.suspended, process: process.label, pid: process.pid)
         return enforceDeadLockRule(process)
@@ -314,7 +318,10 @@ public final class Simulator: Sendable {
 
     /// Resumes a process suspended with ``suspend(_:)``.
     public func resume(_ process: SimulatedProcess) {
-        let stalled = state.withLock { $0.stalled.contains(process.pid) }
+        let stalled = state.withLock { state -> Bool in
+            state.suspended.remove(process.pid)
+            return state.stalled.contains(process.pid)
+        }
         if !stalled { process.signal(SIGCONT) }
         timeline.record(.resumed, process: process.label, pid: process.pid)
         process.send(ChildCommand(.resume))
@@ -387,19 +394,19 @@ public final class Simulator: Sendable {
     @discardableResult
     public func inject(_ fault: FaultPlan.Fault) async -> Bool {
         let victim = state.withLock { state -> SimulatedProcess? in
-            switch fault.target {
-            case .app:
-                guard state.phase != .suspended else { return nil }
-                return state.app
-            case .extension:
-                return state.extensions.values.filter { !state.stalled.contains($0.process.pid) }.min { $0.process.pid < $1.process.pid }?.process
-            case .coreHolder:
-                guard let holder = state.coreHolder else { return nil }
-                if state.app?.pid == holder { return state.phase == .suspended ? nil : state.app }
-                return state.extensions[holder]?.process
+            let app = state.app.flatMap { state.suspended.contains($0.pid) ? nil : $0 }
+            let holder = state.coreHolder.flatMap { pid in app?.pid == pid ? app : state.extensions[pid]?.process }
+            let oldestExtension = state.extensions.values.map(\.process).filter { !state.stalled.contains($0.pid) }.min { $0.pid < $1.pid }
+            // The named target first; when it does not exist now, an extension (the app is
+            // hit only when named or holding the core, so that its scripted life still shows).
+            let order: [SimulatedProcess?] = switch fault.target {
+            case .app: [app]
+            case .extension: [oldestExtension, holder]
+            case .coreHolder: [holder, oldestExtension]
             }
+            return order.compactMap { $0 }.first { $0.isRunning && !state.stalled.contains($0.pid) }
         }
-        guard let victim, victim.isRunning, !state.withLock({ $0.stalled.contains(victim.pid) }) else {
+        guard let victim else {
             timeline.record(.fault, process: "simulator", detail: "\(fault) skipped: no such process now")
             return false
         }
@@ -415,7 +422,7 @@ public final class Simulator: Sendable {
             try? await Task.sleep(for: .milliseconds(milliseconds))
             let stillSuspended = state.withLock { state -> Bool in
                 state.stalled.remove(victim.pid)
-                return state.app === victim && state.phase == .suspended
+                return state.suspended.contains(victim.pid)
             }
             if !stillSuspended { victim.signal(SIGCONT) }
             timeline.record(.continued, process: victim.label, pid: victim.pid)

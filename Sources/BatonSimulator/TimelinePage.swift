@@ -17,7 +17,7 @@ public enum TimelinePage {
         for event in events where event.process != "simulator" && event.process != "server" && !lanes.contains(event.process) {
             lanes.append(event.process)
         }
-        let left = 130.0, width = 1240.0, laneHeight = 46.0, top = 30.0
+        let left = 110.0, width = 1180.0, laneHeight = 46.0, top = 30.0
         let height = top + Double(lanes.count) * laneHeight + 20
         func x(_ time: UInt64) -> Double { left + (Double(time >= origin ? time - origin : 0) / 1e9) / duration * width }
         func y(_ lane: String) -> Double { top + Double(lanes.firstIndex(of: lane) ?? 0) * laneHeight }
@@ -37,6 +37,7 @@ public enum TimelinePage {
         struct Band { var start: SimulatorEvent.Kind; var ends: Set<SimulatorEvent.Kind>; var css: String; var dy: Double; var h: Double; var label: String }
         let bands = [
             Band(start: .launched, ends: [.exited, .killed], css: "alive", dy: 2, h: laneHeight - 8, label: "alive"),
+            Band(start: .foreground, ends: [.background, .willSuspend, .exited, .killed], css: "fg", dy: 2, h: laneHeight - 8, label: "app in the foreground"),
             Band(start: .roleAcquired, ends: [.roleReleased, .exited, .killed], css: "role", dy: 6, h: 11, label: "core role held"),
             Band(start: .connected, ends: [.disconnected, .exited, .killed], css: "conn", dy: 19, h: 8, label: "connected"),
             Band(start: .suspended, ends: [.resumed, .exited, .killed], css: "susp", dy: 29, h: 8, label: "suspended"),
@@ -52,12 +53,12 @@ public enum TimelinePage {
                 for event in mine {
                     if event.kind == band.start && open == nil { open = event.time }
                     else if band.ends.contains(event.kind), let started = open {
-                        svg += "<rect x='\(f(x(started)))' y='\(f(ly + band.dy))' width='\(f(max(1.5, x(event.time) - x(started))))' height='\(f(band.h))' class='\(band.css)'><title>\(band.label)</title></rect>"
+                        svg += "<rect x='\(f(x(started)))' y='\(f(ly + band.dy))' width='\(f(max(3, x(event.time) - x(started))))' height='\(f(band.h))' class='\(band.css)'><title>\(band.label)</title></rect>"
                         open = nil
                     }
                 }
                 if let started = open {
-                    svg += "<rect x='\(f(x(started)))' y='\(f(ly + band.dy))' width='\(f(max(1.5, x(end) - x(started))))' height='\(f(band.h))' class='\(band.css)'><title>\(band.label)</title></rect>"
+                    svg += "<rect x='\(f(x(started)))' y='\(f(ly + band.dy))' width='\(f(max(3, x(end) - x(started))))' height='\(f(band.h))' class='\(band.css)'><title>\(band.label)</title></rect>"
                 }
             }
             for event in mine {
@@ -106,14 +107,14 @@ public enum TimelinePage {
         body { font: 13px/1.4 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; color: #222; background: #fff; }
         h1 { font-size: 18px; margin: 0 0 8px; }
         table { border-collapse: collapse; margin-bottom: 8px; }
-        th, td { padding: 1px 10px 1px 0; text-align: left; } th { font-weight: 600; color: #555; }
-        .summary { display: flex; gap: 32px; align-items: flex-start; }
+        th, td { padding: 1px 12px 1px 0; text-align: left; white-space: nowrap; } th { font-weight: 600; color: #555; }
+        .summary { display: flex; gap: 40px; align-items: flex-start; } .legend { max-width: 640px; line-height: 1.9; }
         .legend span { display: inline-block; margin-right: 14px; }
         .legend i { display: inline-block; width: 18px; height: 10px; margin-right: 4px; vertical-align: -1px; }
         svg { border: 1px solid #ddd; background: #fff; }
         .grid { stroke: #eee; } .tick { font-size: 10px; fill: #888; text-anchor: middle; }
         .lane { font-size: 12px; font-weight: 600; fill: #333; } .stripe { fill: #f7f7f9; }
-        .alive { fill: #e6e9ef; } .role { fill: #f0a030; } .conn { fill: #2e9e5b; }
+        .alive { fill: #e6e9ef; } .fg { fill: #fbeec1; } .role { fill: #f0a030; } .conn { fill: #2e9e5b; }
         .susp { fill: #4a78d0; } .stall { fill: #9b59b6; }
         .kill { fill: #d0021b; font-size: 15px; font-weight: 700; text-anchor: middle; }
         .dead { fill: #000; font-size: 16px; text-anchor: middle; } .fault { fill: #d08000; font-size: 12px; text-anchor: middle; }
@@ -122,7 +123,7 @@ public enum TimelinePage {
         </style></head><body>
         <h1>\(escape(title))</h1>
         <div class="summary"><table>\(rows)</table>
-        <div class="legend"><span><i style="background:#e6e9ef"></i>process alive</span><span><i style="background:#f0a030"></i>core role held</span><span><i style="background:#2e9e5b"></i>connected to the server</span><span><i style="background:#4a78d0"></i>suspended</span><span><i style="background:#9b59b6"></i>stalled (chaos SIGSTOP)</span><br><span style="color:#d0021b">✕ killed</span><span>☠ 0xDEAD10CC kill</span><span style="color:#d08000">⚡ fault or limit</span><span>● push</span><span>colored lines: a message from the server, to the process that stored it, to the one that showed it (dashed: never shown)</span></div></div>
+        <div class="legend"><span><i style="background:#e6e9ef"></i>process alive</span><span><i style="background:#fbeec1"></i>app in the foreground</span><span><i style="background:#f0a030"></i>core role held</span><span><i style="background:#2e9e5b"></i>connected to the server</span><span><i style="background:#4a78d0"></i>suspended</span><span><i style="background:#9b59b6"></i>stalled (chaos SIGSTOP)</span><br><span style="color:#d0021b">✕ killed</span><span>☠ 0xDEAD10CC kill</span><span style="color:#d08000">⚡ fault or limit</span><span>● push</span><span>colored lines: a message from the server, to the process that stored it, to the one that showed it (dashed: never shown)</span></div></div>
         <svg xmlns="http://www.w3.org/2000/svg" width="\(f(left + width + 20))" height="\(f(height))" viewBox="0 0 \(f(left + width + 20)) \(f(height))">\(svg)</svg>
         </body></html>
         """
