@@ -141,6 +141,11 @@ public final class Simulator: Sendable {
         for continuation in matched { continuation.resume(returning: event) }
     }
 
+    /// Records a simulator-side event (and wakes whoever waits for it).
+    private func note(_ kind: SimulatorEvent.Kind, process: String, pid: Int32 = 0, message: String? = nil, detail: String? = nil) {
+        record(SimulatorEvent(kind: kind, process: process, pid: pid, message: message, detail: detail))
+    }
+
     /// Starts looking for the next event that satisfies `predicate`; ``wait(for:timeout:)`` returns it.
     public func expect(_ predicate: @escaping @Sendable (SimulatorEvent) -> Bool) -> Expectation {
         state.withLock { state in
@@ -210,7 +215,7 @@ public final class Simulator: Sendable {
             onEvent: { [weak self] _, event in self?.record(event) },
             onExit: { [weak self] process, status in self?.processExited(process, status: status) }
         )
-        timeline.record(.launched, process: label, pid: process.pid)
+        note(.launched, process: label, pid: process.pid)
         return process
     }
 
@@ -230,7 +235,7 @@ public final class Simulator: Sendable {
         }
         if let existing {
             state.withLock { $0.phase = .foreground }
-            timeline.record(.foreground, process: existing.label, pid: existing.pid)
+            note(.foreground, process: existing.label, pid: existing.pid)
             existing.send(ChildCommand(.foreground))
             return
         }
@@ -249,7 +254,7 @@ public final class Simulator: Sendable {
             process.signal(SIGKILL)
             throw BatonError(.simulationFailed, "the app process \(process.pid) did not report ready within 20 s")
         }
-        timeline.record(.foreground, process: label, pid: process.pid)
+        note(.foreground, process: label, pid: process.pid)
         process.send(ChildCommand(.foreground))
     }
 
@@ -260,7 +265,7 @@ public final class Simulator: Sendable {
             state.phase = .background
             return state.app
         }) else { return }
-        timeline.record(.background, process: app.label, pid: app.pid)
+        note(.background, process: app.label, pid: app.pid)
         app.send(ChildCommand(.background))
     }
 
@@ -282,7 +287,7 @@ public final class Simulator: Sendable {
     /// - Returns: Whether it was killed for holding a lock on a file of the container.
     @discardableResult
     public func suspend(_ process: SimulatedProcess) async -> Bool {
-        timeline.record(.willSuspend, process: process.label, pid: process.pid)
+        note(.willSuspend, process: process.label, pid: process.pid)
         let label = process.label
         let released = expect { $0.process == label && $0.kind == .releasedLocks }
         process.send(ChildCommand(.willSuspend))
@@ -290,7 +295,7 @@ public final class Simulator: Sendable {
         guard process.isRunning else { return false }
         state.withLock { _ = $0.suspended.insert(process.pid) }
         process.signal(SIGSTOP)
-        timeline.record(.suspended, process: process.label, pid: process.pid)
+        note(.suspended, process: process.label, pid: process.pid)
         return enforceDeadLockRule(process)
     }
 
@@ -302,7 +307,7 @@ public final class Simulator: Sendable {
         process.signal(SIGKILL)
         state.withLock { $0.dead10ccKills += 1 }
         let what = held.map { "\($0.kind) on inode \($0.inode)" }.joined(separator: ", ")
-        timeline.record(.dead10cc, process: process.label, pid: process.pid, detail: "killed: held \(held.count) lock(s) while suspended (\(what))")
+        note(.dead10cc, process: process.label, pid: process.pid, detail: "killed: held \(held.count) lock(s) while suspended (\(what))")
         return true
     }
 
@@ -323,14 +328,14 @@ public final class Simulator: Sendable {
             return state.stalled.contains(process.pid)
         }
         if !stalled { process.signal(SIGCONT) }
-        timeline.record(.resumed, process: process.label, pid: process.pid)
+        note(.resumed, process: process.label, pid: process.pid)
         process.send(ChildCommand(.resume))
     }
 
     /// The system terminates the app (SIGKILL), as iOS does to suspended apps it needs memory from.
     public func terminateApp() async {
         guard let app = state.withLock({ $0.app }) else { return }
-        timeline.record(.fault, process: app.label, pid: app.pid, detail: "terminated by the system")
+        note(.fault, process: app.label, pid: app.pid, detail: "terminated by the system")
         let gone = expect { $0.pid == app.pid && ($0.kind == .killed || $0.kind == .exited) }
         app.signal(SIGKILL)
         _ = await wait(for: gone, timeout: .seconds(5))
@@ -350,7 +355,7 @@ public final class Simulator: Sendable {
             return chosen.process
         }
         if let target, target.send(ChildCommand(.push, message: message)) {
-            timeline.record(.push, process: target.label, pid: target.pid, message: message)
+            note(.push, process: target.label, pid: target.pid, message: message)
             return
         }
         do {
@@ -364,10 +369,10 @@ public final class Simulator: Sendable {
                 record.instances[message] = baton_monotonic_ns()
                 state.extensions[process.pid] = record
             }
-            timeline.record(.push, process: process.label, pid: process.pid, message: message)
+            note(.push, process: process.label, pid: process.pid, message: message)
             process.send(ChildCommand(.push, message: message))
         } catch {
-            timeline.record(.error, process: "simulator", message: message, detail: "could not launch an extension: \(error)")
+            note(.error, process: "simulator", message: message, detail: "could not launch an extension: \(error)")
         }
     }
 
@@ -407,16 +412,16 @@ public final class Simulator: Sendable {
             return order.compactMap { $0 }.first { $0.isRunning && !state.stalled.contains($0.pid) }
         }
         guard let victim else {
-            timeline.record(.fault, process: "simulator", detail: "\(fault) skipped: no such process now")
+            note(.fault, process: "simulator", detail: "\(fault) skipped: no such process now")
             return false
         }
         state.withLock { $0.faultsInjected += 1 }
         switch fault.action {
         case .kill:
-            timeline.record(.fault, process: victim.label, pid: victim.pid, detail: "SIGKILL (\(fault.target.rawValue))")
+            note(.fault, process: victim.label, pid: victim.pid, detail: "SIGKILL (\(fault.target.rawValue))")
             victim.signal(SIGKILL)
         case .stall(let milliseconds):
-            timeline.record(.stalled, process: victim.label, pid: victim.pid, detail: "SIGSTOP for \(milliseconds) ms (\(fault.target.rawValue))")
+            note(.stalled, process: victim.label, pid: victim.pid, detail: "SIGSTOP for \(milliseconds) ms (\(fault.target.rawValue))")
             state.withLock { _ = $0.stalled.insert(victim.pid) }
             victim.signal(SIGSTOP)
             try? await Task.sleep(for: .milliseconds(milliseconds))
@@ -425,7 +430,7 @@ public final class Simulator: Sendable {
                 return state.suspended.contains(victim.pid)
             }
             if !stillSuspended { victim.signal(SIGCONT) }
-            timeline.record(.continued, process: victim.label, pid: victim.pid)
+            note(.continued, process: victim.label, pid: victim.pid)
         }
         return true
     }
@@ -470,7 +475,7 @@ public final class Simulator: Sendable {
 
     private func kill(_ process: SimulatedProcess, reason: String, detail: String) {
         state.withLock { $0.limitKills[reason, default: 0] += 1 }
-        timeline.record(.limit, process: process.label, pid: process.pid, detail: detail)
+        note(.limit, process: process.label, pid: process.pid, detail: detail)
         process.signal(SIGKILL)
     }
 
