@@ -12,22 +12,24 @@ import Synchronization
 /// shares one core, so the extension instances that iOS runs as threads of one process are
 /// served in order and can join one lease.
 ///
-/// The core is the role's ``SuspensionParticipant``: ``suspend()`` closes the holder's and every
-/// waiter's lock file; ``resume()`` locks the holder file again if the record still names this
+/// The core is the role's ``SuspensionParticipant``: ``suspend()`` closes this process's holder
+/// and waiter lock files; ``resume()`` locks the holder file again if the record still names this
 /// process's epoch, or marks the grant lost.
 final class RoleCore: Sendable {
     let directory: RoleDirectory
     let container: SharedContainer
     let name: String
     var signalName: String { "baton.role." + name }
+    /// This process's holder lock file, locked while it holds the role.
+    let holderLock: RoleLockFile
+    /// This process's waiter lock file, locked while one of its tasks waits.
+    let waiterLock: RoleLockFile
 
     /// The cross-process grant this process holds.
     struct Grant: Sendable {
         var epoch: UInt64
         var priority: RolePriority
         var kind: String
-        /// The holder file's descriptor; -1 while suspended.
-        var fd: Int32
         /// Leases sharing the grant.
         var members: Int
         /// Nested critical sections in the process.
@@ -41,8 +43,6 @@ final class RoleCore: Sendable {
         /// Tickets of tasks waiting for the turn, in arrival order.
         var tickets: [UInt64] = []
         var nextTicket: UInt64 = 0
-        /// Waiter files of acquisitions in flight, closed on suspension.
-        var waiterFDs: [UInt64: Int32] = [:]
         var suspended = false
         /// Epochs this process held and lost (overtaken, or taken while suspended), with the
         /// epoch that replaced them, for error messages.
@@ -51,20 +51,22 @@ final class RoleCore: Sendable {
     }
 
     let state = Mutex(State())
+    private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
 
     private init(container: SharedContainer, name: String) throws {
         self.container = container
         self.name = name
-        self.directory = try RoleDirectory(container: container, name: name)
+        let directory = try RoleDirectory(container: container, name: name)
+        self.directory = directory
+        self.holderLock = RoleLockFile(directory: directory, prefix: "holder")
+        self.waiterLock = RoleLockFile(directory: directory, prefix: "waiter")
     }
 
     deinit {
-        let (grant, token, waiters) = state.withLock { ($0.grant, $0.token, $0.waiterFDs) }
-        if let token { container.suspension.unregister(token) }
-        if let grant, grant.fd >= 0 { Sys.close(grant.fd) }
-        for fd in waiters.values { Sys.close(fd) }
+        if let token = state.withLock({ $0.token }) { container.suspension.unregister(token) }
+        // The lock files close themselves.
     }
 
     // MARK: Registry
@@ -169,15 +171,15 @@ final class RoleCore: Sendable {
     /// Forgets the grant of `epoch` after it was lost (replaced by `current`): closes its holder
     /// file and frees the process's turn. Its leases stay invalid.
     func markLost(_ epoch: UInt64, current: UInt64) {
-        let fd = state.withLock { state -> Int32? in
-            guard let grant = state.grant, grant.epoch == epoch else { return nil }
+        let wasCurrent = state.withLock { state -> Bool in
+            guard let grant = state.grant, grant.epoch == epoch else { return false }
             state.grant = nil
             state.turnTaken = false
             state.lost[epoch] = current
-            return grant.fd
+            return true
         }
-        guard let fd else { return }
-        if fd >= 0 { Sys.close(fd) }
+        guard wasCurrent else { return }
+        holderLock.unlock()
         turnChanges.notify()
         try? container.signals.post(signalName)
     }
@@ -194,7 +196,7 @@ final class RoleCore: Sendable {
             state.grant = nil
             return grant
         }
-        guard let grant = released else { return }
+        guard released != nil else { return }
         let suspended = state.withLock { $0.suspended }
         if !suspended {
             // Nothing may be locked while suspended: the record then still names this epoch,
@@ -203,11 +205,10 @@ final class RoleCore: Sendable {
                 if transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == getpid() {
                     transaction.record.holder = nil
                     transaction.record.stop = nil
-                    directory.removeFile(directory.holderFile(epoch))
                 }
             }
         }
-        if grant.fd >= 0 { Sys.close(grant.fd) }
+        holderLock.unlock()
         state.withLock { $0.turnTaken = false }
         turnChanges.notify()
         try? container.signals.post(signalName)
@@ -306,18 +307,16 @@ final class RoleCore: Sendable {
     // MARK: Suspension
 
     func suspend() {
-        let (fds, hadGrant) = state.withLock { state -> ([Int32], Bool) in
+        let hadGrant = state.withLock { state -> Bool in
             state.suspended = true
-            var fds = Array(state.waiterFDs.values)
-            state.waiterFDs.removeAll()
-            if var grant = state.grant, grant.fd >= 0 {
-                fds.append(grant.fd)
-                grant.fd = -1
-                state.grant = grant
-            }
-            return (fds, state.grant != nil)
+            return state.grant != nil
         }
-        for fd in fds { Sys.close(fd) }
+        // Closing (not only unlocking) also wakes waiters through the close event. Transitions
+        // check `suspended` and cannot run meanwhile, so nothing is locked again after this.
+        directory.excludingTransitions {
+            holderLock.close()
+            waiterLock.close()
+        }
         turnChanges.notify()
         if hadGrant { try? container.signals.post(signalName) }
     }
@@ -328,47 +327,43 @@ final class RoleCore: Sendable {
             return state.grant
         }
         defer { turnChanges.notify() }
-        guard let grant, grant.fd < 0 else { return }
-        let outcome = try directory.transition { transaction -> Result<Int32, BatonError> in
+        guard let grant, !holderLock.isLocked else { return }
+        let outcome = try directory.transition { transaction -> Result<Void, BatonError> in
             let record = transaction.record
-            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == getpid(),
-               let fd = try directory.relockHolderFile(grant.epoch) {
-                return .success(fd)
+            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == getpid(), holder.lockID == holderLock.id,
+               try holderLock.lock() {
+                return .success(())
             }
             let current = record.holder?.epoch ?? record.lastEpoch
             return .failure(BatonError(.lost, "role \(name) was taken while this process was suspended: the current epoch is \(current), this lease had epoch \(grant.epoch); acquire it again"))
         }
         switch outcome {
-        case .success(let fd):
-            let kept = state.withLock { state -> Bool in
-                guard var current = state.grant, current.epoch == grant.epoch, !state.suspended else { return false }
-                current.fd = fd
-                state.grant = current
-                return true
-            }
-            if !kept { Sys.close(fd) }
+        case .success:
+            if state.withLock({ $0.suspended }) { holderLock.close() }
         case .failure(let error):
-            let current = directory.name.isEmpty ? 0 : ((try? directory.read { $0.holder?.epoch ?? $0.lastEpoch }) ?? 0)
+            let current = (try? directory.read { $0.holder?.epoch ?? $0.lastEpoch }) ?? 0
             markLost(grant.epoch, current: current)
             throw error
         }
     }
 
-    // MARK: Waiter files
+    // MARK: Waiting
 
-    func registerWaiterFD(_ id: UInt64, _ fd: Int32) -> Bool {
-        state.withLock { state in
-            guard !state.suspended else { return false }
-            state.waiterFDs[id] = fd
-            return true
+    /// What an acquisition waits on, created once per process and role and used by one
+    /// acquisition at a time (the one holding the process's turn).
+    struct WaitSources: Sendable {
+        let observation: SignalObservation
+        let files: FileEvents.Subscription
+    }
+
+    func waitSources() throws -> WaitSources {
+        try waitSourcesCache.withLock { cache in
+            if let cache { return cache }
+            let sources = WaitSources(
+                observation: try container.signals.observe(signalName),
+                files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), mask: FileEvents.roleDirectoryEvents))
+            cache = sources
+            return sources
         }
     }
-
-    /// Closes the waiter file of `id` if suspension has not already; returns whether it did.
-    func closeWaiterFD(_ id: UInt64) {
-        let fd = state.withLock { $0.waiterFDs.removeValue(forKey: id) }
-        if let fd { Sys.close(fd) }
-    }
-
-    func hasWaiterFD(_ id: UInt64) -> Bool { state.withLock { $0.waiterFDs[id] != nil } }
 }

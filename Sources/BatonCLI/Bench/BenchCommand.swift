@@ -52,6 +52,7 @@ protocol BenchSuite: SendableMetatype {
 /// Every suite, by name. Each area adds its own here.
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
+    RolesBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
