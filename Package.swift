@@ -12,10 +12,12 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "Baton", targets: ["Baton"]),
+        .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         .target(name: "CBatonShims"),
@@ -24,10 +26,20 @@ let package = Package(
             dependencies: ["CBatonShims"],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BatonDatabase",
+            dependencies: [
+                "Baton",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "BatonCLI",
             dependencies: [
                 "Baton",
+                "BatonDatabase",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -36,6 +48,16 @@ let package = Package(
         .testTarget(
             name: "BatonTests",
             dependencies: ["Baton", "BatonCLI"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonDatabaseTests",
+            dependencies: [
+                "Baton",
+                "BatonDatabase",
+                "BatonCLI",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
     ]
