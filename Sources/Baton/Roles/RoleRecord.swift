@@ -1,0 +1,178 @@
+import CBatonShims
+
+/// The role's record, kept in `.baton/roles/<name>/record`: the epoch counter, the holder and the
+/// pending stop request.
+///
+/// The file has two 256-byte slots written alternately, each with a sequence number and a
+/// CRC-32C, so a write torn by a crash leaves the previous slot intact. Every change happens
+/// under the role's arbiter lock. The epoch counter is made durable in blocks: before an epoch
+/// beyond ``reservedEpoch`` is granted, the reservation moves ahead and the file is synced; after
+/// a reboot (a different boot id) the counter jumps to the reservation, so an epoch is never
+/// reused even if the last writes before a power loss were lost.
+struct RoleRecord: Sendable, Equatable {
+    struct HolderEntry: Sendable, Equatable {
+        var epoch: UInt64
+        var priority: Int64
+        var pid: Int32
+        var state: RoleStatus.State
+        var kind: String
+        var sinceWallNanoseconds: Int64
+        var criticalSinceMonotonic: UInt64
+    }
+
+    struct StopEntry: Sendable, Equatable {
+        /// The requester's waiter file id (its liveness).
+        var waiterID: UInt64
+        var priority: Int64
+        var pid: Int32
+        var requestedMonotonic: UInt64
+        var requestedWallNanoseconds: Int64
+        var graceNanoseconds: UInt64
+        var maximumCriticalNanoseconds: UInt64
+
+        /// The wall-clock end of the grace (or critical) period, for display.
+        func deadlineWallNanoseconds(holderState: RoleStatus.State) -> Int64 {
+            requestedWallNanoseconds &+ Int64(clamping: holderState == .critical ? max(maximumCriticalNanoseconds, graceNanoseconds) : graceNanoseconds)
+        }
+
+        /// When the requester may overtake a holder in `state`.
+        func overtakeAt(holderState: RoleStatus.State) -> UInt64 {
+            requestedMonotonic &+ (holderState == .critical ? max(maximumCriticalNanoseconds, graceNanoseconds) : graceNanoseconds)
+        }
+    }
+
+    var sequence: UInt64 = 0
+    var lastEpoch: UInt64 = 0
+    var reservedEpoch: UInt64 = 0
+    var bootHash: UInt64 = 0
+    var heartbeatWallNanoseconds: Int64 = 0
+    var holder: HolderEntry?
+    var stop: StopEntry?
+
+    static let slotSize = 256
+    static let fileSize = 2 * slotSize
+    static let magic: UInt32 = 0x424C_5231 // "BLR1"
+    static let maximumKindBytes = 64
+    /// How many epochs one durable reservation covers.
+    static let reservationBlock: UInt64 = 1024
+
+    // MARK: Encoding
+
+    func encode() -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: Self.slotSize)
+        func put<T: FixedWidthInteger>(_ value: T, at offset: Int) {
+            withUnsafeBytes(of: value.littleEndian) { raw in
+                for (index, byte) in raw.enumerated() { bytes[offset + index] = byte }
+            }
+        }
+        put(Self.magic, at: 0)
+        put(UInt32(1), at: 4)
+        put(sequence, at: 8)
+        put(lastEpoch, at: 16)
+        put(reservedEpoch, at: 24)
+        put(bootHash, at: 32)
+        put(heartbeatWallNanoseconds, at: 40)
+        if let holder {
+            put(holder.epoch, at: 48)
+            put(holder.priority, at: 56)
+            put(holder.pid, at: 64)
+            bytes[68] = Self.stateCode(holder.state)
+            let kind = Array(holder.kind.utf8.prefix(Self.maximumKindBytes))
+            bytes[69] = UInt8(kind.count)
+            put(holder.sinceWallNanoseconds, at: 72)
+            put(holder.criticalSinceMonotonic, at: 80)
+            for (index, byte) in kind.enumerated() { bytes[144 + index] = byte }
+        }
+        if let stop {
+            put(stop.waiterID, at: 88)
+            put(stop.priority, at: 96)
+            put(stop.pid, at: 104)
+            put(stop.requestedMonotonic, at: 112)
+            put(stop.requestedWallNanoseconds, at: 120)
+            put(stop.graceNanoseconds, at: 128)
+            put(stop.maximumCriticalNanoseconds, at: 136)
+        }
+        let crc = bytes.withUnsafeBytes { Checksum.crc32c(UnsafeRawBufferPointer(rebasing: $0[0..<(Self.slotSize - 4)])) }
+        put(crc, at: Self.slotSize - 4)
+        return bytes
+    }
+
+    /// Decodes one slot; `nil` when it is empty, torn or not a record.
+    static func decode(_ slot: ArraySlice<UInt8>) -> RoleRecord? {
+        guard slot.count == slotSize else { return nil }
+        let bytes = Array(slot)
+        func get<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
+            var value = T.zero
+            withUnsafeMutableBytes(of: &value) { raw in
+                for index in 0..<MemoryLayout<T>.size { raw[index] = bytes[offset + index] }
+            }
+            return T(littleEndian: value)
+        }
+        guard get(UInt32.self, at: 0) == magic, get(UInt32.self, at: 4) == 1 else { return nil }
+        let crc = bytes.withUnsafeBytes { Checksum.crc32c(UnsafeRawBufferPointer(rebasing: $0[0..<(slotSize - 4)])) }
+        guard crc == get(UInt32.self, at: slotSize - 4) else { return nil }
+        var record = RoleRecord()
+        record.sequence = get(UInt64.self, at: 8)
+        record.lastEpoch = get(UInt64.self, at: 16)
+        record.reservedEpoch = get(UInt64.self, at: 24)
+        record.bootHash = get(UInt64.self, at: 32)
+        record.heartbeatWallNanoseconds = get(Int64.self, at: 40)
+        let holderEpoch = get(UInt64.self, at: 48)
+        if holderEpoch != 0 {
+            let kindCount = min(Int(bytes[69]), maximumKindBytes)
+            record.holder = HolderEntry(
+                epoch: holderEpoch,
+                priority: get(Int64.self, at: 56),
+                pid: get(Int32.self, at: 64),
+                state: state(bytes[68]),
+                kind: String(decoding: bytes[144..<(144 + kindCount)], as: UTF8.self),
+                sinceWallNanoseconds: get(Int64.self, at: 72),
+                criticalSinceMonotonic: get(UInt64.self, at: 80))
+        }
+        let waiterID = get(UInt64.self, at: 88)
+        if waiterID != 0 {
+            record.stop = StopEntry(
+                waiterID: waiterID,
+                priority: get(Int64.self, at: 96),
+                pid: get(Int32.self, at: 104),
+                requestedMonotonic: get(UInt64.self, at: 112),
+                requestedWallNanoseconds: get(Int64.self, at: 120),
+                graceNanoseconds: get(UInt64.self, at: 128),
+                maximumCriticalNanoseconds: get(UInt64.self, at: 136))
+        }
+        return record
+    }
+
+    private static func stateCode(_ state: RoleStatus.State) -> UInt8 {
+        switch state {
+        case .running: return 0
+        case .stopping: return 1
+        case .critical: return 2
+        }
+    }
+
+    private static func state(_ code: UInt8) -> RoleStatus.State {
+        switch code {
+        case 1: return .stopping
+        case 2: return .critical
+        default: return .running
+        }
+    }
+
+    /// The newest valid slot of a whole file. `nil` for an empty (new) file.
+    /// - Throws: `corrupt` when the file has content but no valid slot.
+    static func newest(in file: [UInt8]) throws -> RoleRecord? {
+        if file.allSatisfy({ $0 == 0 }) { return nil }
+        var best: RoleRecord?
+        for index in 0..<2 where file.count >= (index + 1) * slotSize {
+            if let record = decode(file[(index * slotSize)..<((index + 1) * slotSize)]),
+               record.sequence > (best?.sequence ?? 0) || best == nil {
+                best = record
+            }
+        }
+        guard let best else {
+            throw BatonError(.corrupt, "the role record failed its checksum in both slots")
+        }
+        return best
+    }
+}

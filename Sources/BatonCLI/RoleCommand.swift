@@ -1,0 +1,244 @@
+import ArgumentParser
+import Baton
+import CBatonShims
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// `baton role ...`: acquire a role and watch its status from the command line.
+struct RoleCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "role",
+        abstract: "Acquire a role (main/executor arbitration) or show who holds it.",
+        subcommands: [Acquire.self, Status.self, Soak.self]
+    )
+
+    struct Acquire: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Acquire a role, hold it, and print one JSON object per line for each event.",
+            discussion: """
+                Events: acquired, stop-requested, critical-begin, critical-end, suspended, resumed, \
+                released, lost, busy. Exit status: 0 after a clean release, 3 when busy or timed out, \
+                4 when the lease was lost (overtaken, or taken while suspended).
+                """)
+        @OptionGroup var options: ContainerOptions
+        @Option(help: "The role's name.") var name = "core"
+        @Option(help: "main (100) or executor (10).") var role: String?
+        @Option(help: "Any integer priority (instead of --role).") var priority: Int?
+        @Option(help: "What this process is, shown in the status.") var kind: String?
+        @Option(help: "Give up after this many seconds (default: wait forever).") var timeout: Double?
+        @Option(help: "Hold the role this many seconds unless asked to stop (default: release at once).") var hold: Double?
+        @Option(help: "Run a critical section of this many seconds right after acquiring.") var critical: Double?
+        @Flag(help: "Do not release when asked to stop (to be overtaken).") var ignoreStop = false
+        @Option(help: "Call suspend() after this many seconds and keep running without any lock.") var suspendAfter: Double?
+        @Option(help: "With --suspend-after: call resume() this many seconds after suspending.") var resumeAfter: Double?
+        @Option(help: "Grace period, in seconds, given to a holder this process preempts.") var grace: Double?
+        @Option(help: "Bound, in seconds, on waiting for a preempted holder's critical section.") var maxCriticalWait: Double?
+
+        func validate() throws {
+            guard (role == nil) != (priority == nil) else {
+                throw ValidationError("pass exactly one of --role main|executor and --priority N")
+            }
+            if let role, role != "main", role != "executor" {
+                throw ValidationError("--role must be main or executor")
+            }
+            for (flag, value) in [("--timeout", timeout), ("--hold", hold), ("--critical", critical), ("--suspend-after", suspendAfter),
+                                  ("--resume-after", resumeAfter), ("--grace", grace), ("--max-critical-wait", maxCriticalWait)] {
+                if let value, !(value >= 0) { throw ValidationError("\(flag) must be a non-negative number of seconds") }
+            }
+        }
+
+        enum Outcome: Sendable { case holdElapsed, stopRequested, lost }
+
+        func run() async throws {
+            let container = try options.open()
+            var roleOptions = RoleOptions()
+            if let grace { roleOptions.gracePeriod = .seconds(grace) }
+            if let maxCriticalWait { roleOptions.maximumCriticalWait = .seconds(maxCriticalWait) }
+            let handle = try container.role(name, options: roleOptions)
+            let level: RolePriority = priority.map { RolePriority($0) } ?? (role == "main" ? .main : .executor)
+            let lease: RoleLease
+            do {
+                lease = try await handle.acquire(
+                    priority: level, kind: kind ?? (role ?? "process"), deadline: timeout.map { .seconds($0) } ?? .never)
+            } catch let error as BatonError where error.code == .busy || error.code == .timedOut {
+                var fields: [String: JSONValue] = ["event": .string("busy"), "code": .string(error.code.rawValue), "message": .string(error.message)]
+                if let holder = try? handle.status().holder {
+                    fields["holder"] = RoleCommand.json(holder)
+                }
+                emit(try jsonLine(JSONValue.object(fields)))
+                throw ExitCode(3)
+            }
+            emit(try jsonLine(JSONValue.object(["event": .string("acquired"), "epoch": .int(Int(lease.epoch)), "pid": .int(Int(getpid())), "priority": .int(level.value)])))
+
+            let criticalTask: Task<Void, any Error>? = critical.map { seconds in
+                Task {
+                    try await lease.withCriticalSection {
+                        emit(try jsonLine(JSONValue.object(["event": .string("critical-begin"), "epoch": .int(Int(lease.epoch))])))
+                        try await Task.sleep(for: .seconds(seconds))
+                    }
+                    emit(try jsonLine(JSONValue.object(["event": .string("critical-end"), "epoch": .int(Int(lease.epoch))])))
+                }
+            }
+            let ignoreStop = self.ignoreStop, hold = self.hold, suspendAfter = self.suspendAfter, resumeAfter = self.resumeAfter
+            let outcome = try await withThrowingTaskGroup(of: Outcome?.self) { group -> Outcome in
+                group.addTask {
+                    for await request in lease.stopRequests {
+                        emit(try jsonLine(JSONValue.object([
+                            "event": .string("stop-requested"), "by": .int(request.priority.value),
+                            "pid": .int(Int(request.pid)), "deadline": .double(request.deadline.timeIntervalSince1970)])))
+                        if !ignoreStop { return .stopRequested }
+                    }
+                    if Task.isCancelled { return nil }
+                    return lease.isValid || container.suspension.isSuspended ? nil : .lost
+                }
+                group.addTask {
+                    if let hold { try await Task.sleep(for: .seconds(hold)) }
+                    return .holdElapsed
+                }
+                if let suspendAfter {
+                    group.addTask {
+                        try await Task.sleep(for: .seconds(suspendAfter))
+                        await container.suspend()
+                        emit(try jsonLine(JSONValue.object(["event": .string("suspended")])))
+                        guard let resumeAfter else { return nil }
+                        try await Task.sleep(for: .seconds(resumeAfter))
+                        do {
+                            try await container.resume()
+                            emit(try jsonLine(JSONValue.object(["event": .string("resumed"), "epoch": .int(Int(lease.epoch))])))
+                            return nil
+                        } catch let error as BatonError where error.code == .lost {
+                            return .lost
+                        }
+                    }
+                }
+                defer { group.cancelAll() }
+                while let next = try await group.next() {
+                    if let next { return next }
+                }
+                return .holdElapsed
+            }
+            if outcome != .lost { try? await criticalTask?.value } else { criticalTask?.cancel() }
+            let suspended = container.suspension.isSuspended
+            if outcome == .lost || (!suspended && !lease.isValid) {
+                let current = (try? handle.status().epoch) ?? 0
+                await lease.release()
+                emit(try jsonLine(JSONValue.object(["event": .string("lost"), "epoch": .int(Int(current)), "held": .int(Int(lease.epoch))])))
+                throw ExitCode(4)
+            }
+            await lease.release()
+            var fields: [String: JSONValue] = ["event": .string("released"), "epoch": .int(Int(lease.epoch))]
+            if suspended { fields["suspended"] = .bool(true) }
+            emit(try jsonLine(JSONValue.object(fields)))
+        }
+    }
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show who holds a role, in what state, and who waits.")
+        @OptionGroup var options: ContainerOptions
+        @Option(help: "The role's name.") var name = "core"
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func run() async throws {
+            let status = try options.open().role(name).status()
+            if json {
+                emit(try jsonLine(RoleCommand.json(status)))
+                return
+            }
+            if let holder = status.holder {
+                emit("role \(status.name): held by \(holder.kind) (priority \(holder.priority), pid \(holder.pid)) epoch \(holder.epoch), \(holder.state.rawValue) since \(holder.since)")
+                if let stop = holder.stopRequest {
+                    emit("  asked to stop by priority \(stop.priority) (pid \(stop.pid)) by \(stop.deadline)")
+                }
+            } else {
+                emit("role \(status.name): free (last epoch \(status.epoch))")
+            }
+            for waiter in status.waiters {
+                emit("  waiting: \(waiter.kind) (priority \(waiter.priority), pid \(waiter.pid)) since \(waiter.since)")
+            }
+        }
+    }
+
+    /// A soak-test worker (tests only): contends for the role at random and appends its epoch to
+    /// a log under a fence check.
+    struct Soak: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Soak-test worker (internal).", shouldDisplay: false)
+        @OptionGroup var options: ContainerOptions
+        @Option var name = "core"
+        @Option var seconds: Double = 10
+        @Option var log: String
+
+        func run() async throws {
+            let container = try options.open()
+            let role = try container.role(name)
+            let logFD = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+            guard logFD >= 0 else { throw BatonError(.notWritable, "cannot open the soak log") }
+            defer { close(logFD) }
+            let end = Deadline.seconds(seconds)
+            var acquired = 0, busy = 0, fenced = 0, preempted = 0
+            func append(_ line: String, _ lease: RoleLease) -> Bool {
+                // The log is the shared store: its lock is the transaction, the fence is checked in it.
+                flock(logFD, LOCK_EX)
+                defer { flock(logFD, LOCK_UN) }
+                guard (try? lease.validate()) != nil else { return false }
+                var text = line + "\n"
+                text.withUTF8 { _ = write(logFD, $0.baseAddress, $0.count) }
+                return true
+            }
+            while !end.hasPassed {
+                let priority = [RolePriority.executor, RolePriority(50), RolePriority.main].randomElement()!
+                let lease: RoleLease
+                do {
+                    lease = try await role.acquire(priority: priority, kind: "soak", deadline: .after(.milliseconds(Int64.random(in: 20...300))))
+                } catch let error as BatonError where error.code == .busy || error.code == .timedOut {
+                    busy += 1
+                    try await Task.sleep(for: .milliseconds(Int64.random(in: 0...5)))
+                    continue
+                }
+                acquired += 1
+                if !append("B \(lease.epoch) \(getpid())", lease) { fenced += 1 }
+                let holdFor = Duration.milliseconds(Int64.random(in: 1...30))
+                let stopped = await withTaskGroup(of: Bool.self) { group in
+                    group.addTask { (try? await Task.sleep(for: holdFor)) == nil }
+                    group.addTask {
+                        for await _ in lease.stopRequests { return true }
+                        return false
+                    }
+                    defer { group.cancelAll() }
+                    return await group.next() ?? false
+                }
+                if stopped { preempted += 1 }
+                if !append("E \(lease.epoch) \(getpid())", lease) { fenced += 1 }
+                await lease.release()
+                try await Task.sleep(for: .milliseconds(Int64.random(in: 0...5)))
+            }
+            emit(try jsonLine(JSONValue.object([
+                "acquired": .int(acquired), "busy": .int(busy), "fenced": .int(fenced), "preempted": .int(preempted)])))
+        }
+    }
+
+    static func json(_ holder: RoleStatus.Holder) -> JSONValue {
+        var fields: [String: JSONValue] = [
+            "priority": .int(holder.priority.value), "kind": .string(holder.kind), "pid": .int(Int(holder.pid)),
+            "epoch": .int(Int(holder.epoch)), "state": .string(holder.state.rawValue), "since": .double(holder.since.timeIntervalSince1970),
+        ]
+        if let stop = holder.stopRequest {
+            fields["stopRequest"] = .object(["priority": .int(stop.priority.value), "pid": .int(Int(stop.pid)), "deadline": .double(stop.deadline.timeIntervalSince1970)])
+        }
+        return .object(fields)
+    }
+
+    static func json(_ status: RoleStatus) -> JSONValue {
+        .object([
+            "name": .string(status.name),
+            "holder": status.holder.map(json) ?? .null,
+            "waiters": .array(status.waiters.map { waiter in
+                .object(["priority": .int(waiter.priority.value), "kind": .string(waiter.kind), "pid": .int(Int(waiter.pid)), "since": .double(waiter.since.timeIntervalSince1970)])
+            }),
+            "epoch": .int(Int(status.epoch)),
+            "heartbeat": status.heartbeat.map { .double($0.timeIntervalSince1970) } ?? .null,
+        ])
+    }
+}
