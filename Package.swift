@@ -32,6 +32,7 @@ let package = Package(
                 "Baton",
                 "CBatonShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),

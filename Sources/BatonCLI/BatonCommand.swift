@@ -11,6 +11,8 @@ struct BatonCommand: AsyncParsableCommand {
             SignalCommand.self,
             PresenceCommand.self,
             RoleCommand.self,
+            DatabaseCommand.self,
+            DatabaseTestCommand.self,
             InboxCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
