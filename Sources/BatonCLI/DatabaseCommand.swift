@@ -111,7 +111,12 @@ struct DatabaseReport {
             let queue = try DatabaseQueue(path: path, configuration: configuration)
             defer { try? queue.close() }
             facts = try queue.read { db in
-                let integrity = try String.fetchAll(db, sql: "PRAGMA integrity_check")
+                let integrity: [String]
+                do {
+                    integrity = try String.fetchAll(db, sql: "PRAGMA integrity_check")
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
+                    integrity = ["database disk image is malformed (the integrity check could not finish)"]
+                }
                 let journal = try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "?"
                 let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
                 let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0
