@@ -36,13 +36,14 @@ extension Inbox {
         defer { runs.unwant(id, in: runKey) }
         while true {
             let seen = runs.changes.snapshot()
-            let roleChanges = try role.statusChanges()
             if let message = try await store.message(id: id) {
                 let route: InboxRoute = runs.wasReceived(id, in: runKey) ? .receivedByThisProcess : .storedByAnotherProcess
                 return .message(message, route)
             }
             if deadline.hasPassed { return .timedOut }
-            let mainIsRunning = (try role.status().holder?.priority ?? .executor) >= .main
+            let status = try role.status()
+            let roleChanged = Self.change(of: role, from: status)
+            let mainIsRunning = (status.holder?.priority ?? .executor) >= .main
             if let source, !mainIsRunning, runs.begin(runKey) {
                 // This caller runs the source for the whole process.
                 let outcome: ExecutorRun.Outcome
@@ -57,7 +58,7 @@ extension Inbox {
                 if outcome == .busy {
                     _ = try await InboxWait.next(
                         signal: observation, local: runs.changes, after: runs.changes.snapshot(),
-                        role: Self.firstChange(of: roleChanges), deadline: deadline)
+                        role: roleChanged, deadline: deadline)
                 }
                 continue
             }
@@ -65,7 +66,7 @@ extension Inbox {
             // source: wait for a store, a change of the run, or a change of the role.
             _ = try await InboxWait.next(
                 signal: observation, local: runs.changes, after: seen,
-                role: source == nil ? nil : Self.firstChange(of: roleChanges), deadline: deadline)
+                role: source == nil ? nil : roleChanged, deadline: deadline)
         }
     }
 
@@ -74,13 +75,13 @@ extension Inbox {
         return Deadline(instant.advanced(by: .zero - margin))
     }
 
-    static func firstChange<S: AsyncSequence & Sendable>(of changes: S) -> @Sendable () async throws -> Void {
+    /// Waits until the role's status differs from `seen` (the status the caller acted on).
+    static func change(of role: Role, from seen: RoleStatus) -> @Sendable () async throws -> Void {
         {
-            var iterator = changes.makeAsyncIterator()
-            if try await iterator.next() == nil {
-                // The role's change feed ended: only the other wake-ups remain.
-                try await Task.sleep(for: .seconds(86_400 * 365))
-            }
+            for try await status in role.statusChanges() where status != seen { return }
+            // The feed ended (cancellation): only the other wake-ups remain.
+            try Task.checkCancellation()
+            try await Task.sleep(for: .seconds(86_400))
         }
     }
 }

@@ -43,24 +43,20 @@ public final class Inbox: Sendable {
     let role: Role
     /// Identifies this inbox among the executor runs of the process.
     let runKey: String
-    /// Keeps the database open as long as the inbox lives.
-    private let database: (any Sendable)?
+    /// The shared database that holds the inbox table.
+    public let database: SharedDatabase
 
-    init(storage: any InboxStorage, database: (any Sendable)?, container: SharedContainer, identity: String, configuration: InboxConfiguration) throws {
-        try Signals.validate(configuration.signalName)
-        self.container = container
-        self.configuration = configuration
-        self.store = InboxStore(storage: storage)
-        self.database = database
-        self.role = try Role(container, name: configuration.roleName)
-        self.runKey = "\(container.path)\u{0}\(configuration.roleName)\u{0}\(configuration.signalName)\u{0}\(identity)"
-    }
-
-    /// An inbox whose table lives in `writer`, a GRDB database the app already opened with the
-    /// inbox's migrations (``InboxSchema/registerMigrations(in:)``).
+    /// An inbox whose table lives in `database`, a shared database the app opened with the
+    /// inbox's migrations (``InboxSchema/registerMigrations(in:)``) in its migrator.
     /// - Throws: `invalidName` for a bad role or signal name.
-    public convenience init(writer: any DatabaseWriter, container: SharedContainer, configuration: InboxConfiguration = InboxConfiguration()) throws {
-        try self.init(storage: WriterStorage(writer: writer), database: nil, container: container, identity: writer.path, configuration: configuration)
+    public init(database: SharedDatabase, configuration: InboxConfiguration = InboxConfiguration()) throws {
+        try Signals.validate(configuration.signalName)
+        self.container = database.container
+        self.configuration = configuration
+        self.database = database
+        self.store = InboxStore(database: database)
+        self.role = try Role(database.container, name: configuration.roleName)
+        self.runKey = "\(database.container.path)\u{0}\(configuration.roleName)\u{0}\(configuration.signalName)\u{0}\(database.path)"
     }
 
     // MARK: Storing (the app, or the executor)

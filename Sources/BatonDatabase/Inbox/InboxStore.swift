@@ -5,31 +5,10 @@ import Foundation
 #endif
 import GRDB
 
-/// Where the inbox's table lives: a database the inbox reads and writes in transactions.
-///
-/// Adapters exist for a ``SharedDatabase`` and for any GRDB `DatabaseWriter`.
-protocol InboxStorage: Sendable {
-    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T
-}
-
-/// A GRDB writer (a `DatabasePool` or `DatabaseQueue`) as inbox storage.
-struct WriterStorage: InboxStorage {
-    let writer: any DatabaseWriter
-
-    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await writer.read(body)
-    }
-
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await writer.write(body)
-    }
-}
-
 /// The inbox table's queries. Every change is one transaction; expired messages are removed in
 /// the same transaction as the next insert or claim.
 struct InboxStore: Sendable {
-    let storage: any InboxStorage
+    let database: SharedDatabase
 
     /// Stores `message` unless its id is already there. Returns whether it was inserted.
     func insert(_ message: IncomingMessage, defaultLifetime: TimeInterval) async throws -> Bool {
@@ -38,7 +17,7 @@ struct InboxStore: Sendable {
         let record = InboxMessage(
             id: message.id, payload: message.payload, receivedAt: now,
             expiresAt: now.addingTimeInterval(message.lifetime ?? defaultLifetime))
-        return try await storage.write { db in
+        return try await database.write { db in
             try Self.deleteExpired(db, now: now)
             try record.insert(db, onConflict: .ignore)
             return db.changesCount > 0
@@ -48,7 +27,7 @@ struct InboxStore: Sendable {
     /// The message `id` if it is stored and not expired.
     func message(id: String) async throws -> InboxMessage? {
         let now = Date()
-        return try await storage.read { db in
+        return try await database.read { db in
             try InboxMessage
                 .filter(InboxMessage.Columns.id == id && InboxMessage.Columns.expiresAt > now)
                 .fetchOne(db)
@@ -60,7 +39,7 @@ struct InboxStore: Sendable {
         guard !ids.isEmpty else { return true }
         let now = Date()
         let wanted = Array(ids)
-        let count = try await storage.read { db in
+        let count = try await database.read { db in
             try InboxMessage
                 .filter(wanted.contains(InboxMessage.Columns.id) && InboxMessage.Columns.expiresAt > now)
                 .fetchCount(db)
@@ -71,7 +50,7 @@ struct InboxStore: Sendable {
     /// Every message not expired, oldest first.
     func all() async throws -> [InboxMessage] {
         let now = Date()
-        return try await storage.read { db in
+        return try await database.read { db in
             try InboxMessage
                 .filter(InboxMessage.Columns.expiresAt > now)
                 .order(InboxMessage.Columns.receivedAt, InboxMessage.Columns.id)
@@ -83,7 +62,7 @@ struct InboxStore: Sendable {
     /// write transaction, so exactly one caller across all processes gets `true`.
     func claim(id: String, by claimant: String) async throws -> Bool {
         let now = Date()
-        return try await storage.write { db in
+        return try await database.write { db in
             try Self.deleteExpired(db, now: now)
             try db.execute(
                 sql: """
@@ -99,7 +78,7 @@ struct InboxStore: Sendable {
     /// Removes expired messages; returns how many.
     func removeExpired() async throws -> Int {
         let now = Date()
-        return try await storage.write { db in
+        return try await database.write { db in
             try Self.deleteExpired(db, now: now)
             return db.changesCount
         }
