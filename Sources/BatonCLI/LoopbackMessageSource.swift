@@ -18,10 +18,13 @@ import Glibc
 /// Dispatch read source (no thread blocked, no polling); cancellation closes the socket.
 struct LoopbackMessageSource: MessageSource {
     let port: UInt16
+    /// Simulated core start-up time, before connecting (a real core takes a while to start).
+    var startupDelay: Duration = .zero
     /// Called when the core is connected, and after each stored message (for test output).
     var onEvent: @Sendable (String) -> Void = { _ in }
 
     func run(delivering sink: MessageSink) async throws {
+        if startupDelay > .zero { try await Task.sleep(for: startupDelay) }
         let socket = Socket(try Self.connect(port: port))
         let lines = Self.lines(of: socket)
         try socket.writeLine("CORE")
