@@ -12,11 +12,13 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "Baton", targets: ["Baton"]),
+        .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
         .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         .target(name: "CBatonShims"),
@@ -26,14 +28,25 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "BatonDatabase",
+            dependencies: [
+                "Baton",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "BatonSimulator",
-            dependencies: ["Baton", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "BatonCLI",
             dependencies: [
                 "Baton",
+                "BatonDatabase",
                 "BatonSimulator",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -43,6 +56,16 @@ let package = Package(
         .testTarget(
             name: "BatonTests",
             dependencies: ["Baton", "BatonCLI", "BatonSimulator"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonDatabaseTests",
+            dependencies: [
+                "Baton",
+                "BatonDatabase",
+                "BatonCLI",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
     ]

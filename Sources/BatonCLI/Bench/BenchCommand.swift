@@ -53,6 +53,7 @@ protocol BenchSuite: SendableMetatype {
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     RolesBench.self,
+    InboxBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {

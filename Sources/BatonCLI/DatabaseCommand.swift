@@ -1,0 +1,198 @@
+import ArgumentParser
+import Baton
+import BatonDatabase
+import CBatonShims
+import GRDB
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+struct DatabaseCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "db",
+        abstract: "Inspect and watch a shared SQLite database.",
+        subcommands: [Check.self, Watch.self]
+    )
+
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Integrity check, journal mode, WAL size, page count, schema version, and the processes that hold the database open. Exits 1 when the integrity check fails.")
+        @Option(name: .long, help: "The shared container directory, to name the holders' kinds (default: $BATON_CONTAINER).")
+        var container: String?
+        @Argument(help: "The database file.") var path: String
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func run() async throws {
+            let report = try DatabaseReport.make(path: path, containerPath: container ?? environment("BATON_CONTAINER"))
+            if json {
+                emit(try jsonLine(report.json))
+            } else {
+                for line in report.lines { emit(line) }
+            }
+            if !report.integrityOK { throw ExitCode(1) }
+        }
+    }
+
+    struct Watch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a line per commit made by any process: `commit seq=N count=K pid=P`, or `commit external` for a program that does not use Baton. Exits 0 after --count commits, 1 on timeout.")
+        @OptionGroup var options: ContainerOptions
+        @Argument(help: "The database file.") var path: String
+        @Option(help: "Only commits that changed this table (external writes are always shown).") var table: String?
+        @Option(help: "Exit after this many commits.") var count: Int?
+        @Option(help: "Exit with status 1 after this many seconds without finishing.") var timeout: Double?
+        @Option(help: "Seconds between checks for writes by programs that do not use Baton.") var poll: Double = 1
+        @Flag(help: "Print 'ready' once watching (for scripts and tests).") var announce = false
+
+        func run() async throws {
+            let container = try options.open()
+            var settings = SharedDatabase.Configuration()
+            settings.externalChangePollInterval = .milliseconds(Int64(max(poll, 0.01) * 1000))
+            guard let database = try await SharedDatabase.openReadOnly(at: path, container: container, configuration: settings) else {
+                throw BatonError(.notFound, "\(path) does not exist yet; create it with SharedDatabase.open first")
+            }
+            let commits = try await database.commits(table: table)
+            if announce { emit("ready") }
+            let limit = count
+            let finished = try await withThrowingTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    var seen = 0
+                    var iterator = commits.makeAsyncIterator()
+                    while limit.map({ seen < $0 }) ?? true {
+                        guard let commit = try await iterator.next() else { return true }
+                        if let sequence = commit.sequence {
+                            emit("commit seq=\(sequence) count=\(commit.count) pid=\(commit.processID.map(String.init) ?? "?")")
+                        } else {
+                            emit("commit external")
+                        }
+                        seen += commit.count
+                    }
+                    return true
+                }
+                if let timeout {
+                    group.addTask {
+                        try await Task.sleep(for: .milliseconds(Int64(timeout * 1000)))
+                        return false
+                    }
+                }
+                defer { group.cancelAll() }
+                return try await group.next() ?? true
+            }
+            if !finished { throw ExitCode(1) }
+        }
+    }
+}
+
+/// What `baton db check` reports.
+struct DatabaseReport {
+    var path: String
+    var integrity: [String]
+    var journalMode: String
+    var walBytes: Int
+    var pageCount: Int
+    var pageSize: Int
+    var userVersion: Int
+    var migrations: [String]
+    var holders: [(pid: Int32, kind: String?)]
+
+    var integrityOK: Bool { integrity == ["ok"] }
+
+    static func make(path: String, containerPath: String?) throws -> DatabaseReport {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw BatonError(.notFound, "\(path) does not exist")
+        }
+        var configuration = GRDB.Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(5)
+        let facts: (integrity: [String], journal: String, pages: Int, pageSize: Int, version: Int, migrations: [String])
+        do {
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
+            defer { try? queue.close() }
+            facts = try queue.read { db in
+                let integrity: [String]
+                do {
+                    integrity = try String.fetchAll(db, sql: "PRAGMA integrity_check")
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
+                    integrity = ["database disk image is malformed (the integrity check could not finish)"]
+                }
+                let journal = try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "?"
+                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+                let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0
+                let version = try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0
+                let migrations = try db.tableExists("grdb_migrations")
+                    ? String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY rowid") : []
+                return (integrity, journal, pages, pageSize, version, migrations)
+            }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw BatonError(.notADatabase, "\(path) is not an SQLite database (its header is wrong)", cause: error)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
+            throw BatonError(.corrupt, "the SQLite database \(path) is corrupt; restore it from a backup", cause: error)
+        }
+        var walInfo = stat()
+        let walBytes = stat(path + "-wal", &walInfo) == 0 ? Int(walInfo.st_size) : 0
+        let kinds: [Int32: String]
+        if let containerPath, let container = try? SharedContainer(path: containerPath),
+           let records = try? container.presence.list() {
+            kinds = Dictionary(records.map { ($0.pid, $0.kind) }, uniquingKeysWith: { first, _ in first })
+        } else {
+            kinds = [:]
+        }
+        let holders = Self.holders(of: [path, path + "-shm"]).map { (pid: $0, kind: kinds[$0]) }
+        return DatabaseReport(
+            path: path, integrity: facts.integrity, journalMode: facts.journal, walBytes: walBytes,
+            pageCount: facts.pages, pageSize: facts.pageSize, userVersion: facts.version,
+            migrations: facts.migrations, holders: holders)
+    }
+
+    /// Processes (other than this one) holding a lock on any of `paths`, from `/proc/locks`: an
+    /// open WAL connection always holds a read lock on the `-shm` file.
+    static func holders(of paths: [String]) -> [Int32] {
+        var inodes = Set<UInt64>()
+        for path in paths {
+            var info = stat()
+            if stat(path, &info) == 0 { inodes.insert(UInt64(info.st_ino)) }
+        }
+        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        var pids = Set<Int32>()
+        for line in text.split(separator: "\n") {
+            var fields = line.split(separator: " ").map(String.init)
+            if fields.count > 1 && fields[1] == "->" { fields.remove(at: 1) }
+            guard fields.count >= 6, let pid = Int32(fields[4]) else { continue }
+            let device = fields[5].split(separator: ":")
+            guard device.count == 3, let inode = UInt64(device[2]), inodes.contains(inode) else { continue }
+            if pid != getpid() { pids.insert(pid) }
+        }
+        return pids.sorted()
+    }
+
+    var json: JSONValue {
+        .object([
+            "path": .string(path),
+            "integrity": .string(integrity.joined(separator: "; ")),
+            "integrity_ok": .bool(integrityOK),
+            "journal_mode": .string(journalMode),
+            "wal_bytes": .int(walBytes),
+            "page_count": .int(pageCount),
+            "page_size": .int(pageSize),
+            "user_version": .int(userVersion),
+            "migrations": .array(migrations.map(JSONValue.string)),
+            "holders": .array(holders.map { holder in
+                .object(["pid": .int(Int(holder.pid)), "kind": holder.kind.map(JSONValue.string) ?? .null])
+            }),
+        ])
+    }
+
+    var lines: [String] {
+        [
+            "database \(path)",
+            "  integrity: \(integrity.prefix(5).joined(separator: "; "))\(integrity.count > 5 ? " (\(integrity.count) problems)" : "")",
+            "  journal mode: \(journalMode)",
+            "  WAL: \(walBytes) bytes",
+            "  pages: \(pageCount) x \(pageSize) bytes",
+            "  schema: user_version \(userVersion), migrations \(migrations.isEmpty ? "none" : migrations.joined(separator: ", "))",
+            "  held open by: \(holders.isEmpty ? "no other process" : holders.map { "\($0.pid)\($0.kind.map { " (\($0))" } ?? "")" }.joined(separator: ", "))",
+        ]
+    }
+}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import Baton
+import BatonDatabase
+import CBatonShims
+import GRDB
+
+/// `baton db-test MODE PATH`: worker processes for the shared database's tests (hidden).
+/// Every mode opens the database with ``TestSchema/migrator``.
+struct DatabaseTestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "db-test", abstract: "Shared database test workers (internal).", shouldDisplay: false)
+
+    enum Mode: String, ExpressibleByArgument {
+        /// Open (and migrate), print `opened`, exit.
+        case open
+        /// Insert --count rows as writer --writer, one transaction each; print `done N`.
+        case write
+        /// Insert --count rows in one transaction, print `in-transaction`, then block forever.
+        case hold
+        /// Print `count N` for every fresh value of the number of rows.
+        case observe
+    }
+
+    @OptionGroup var options: ContainerOptions
+    @Argument var mode: Mode
+    @Argument var path: String
+    @Option var count = 1
+    @Option var writer = 0
+    @Flag(help: "Make the migration slow (widens the window of concurrent opens).") var slowMigration = false
+
+    func run() async throws {
+        let container = try options.open()
+        let database = try await SharedDatabase.open(
+            at: path, container: container, migrator: TestSchema.migrator(slow: slowMigration))
+        switch mode {
+        case .open:
+            emit("opened")
+        case .write:
+            let writer = self.writer
+            emit("ready")
+            for seq in 0..<count {
+                do {
+                    try await database.write { db in
+                        try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (?, ?)", arguments: [writer, seq])
+                    }
+                } catch {
+                    emit("error \(error)")
+                    throw ExitCode(1)
+                }
+            }
+            emit("done \(count)")
+        case .hold:
+            let rows = count
+            try await database.write { db in
+                for seq in 0..<rows {
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (?, ?)", arguments: [-1, seq])
+                }
+                emit("in-transaction")
+                while true { sleep(60) }
+            }
+        case .observe:
+            for try await value in database.observe({ db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }) {
+                emit("count \(value)")
+            }
+        }
+    }
+}
+
+/// The schema of the test and benchmark workers.
+enum TestSchema {
+    static func migrator(slow: Bool = false) -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            if slow { usleep(300_000) }
+            try db.execute(sql: """
+                CREATE TABLE item (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT, UNIQUE(writer, seq));
+                CREATE TABLE creation_log (pid INTEGER NOT NULL);
+                """)
+            try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
+        }
+        return migrator
+    }
+}

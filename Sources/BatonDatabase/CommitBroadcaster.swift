@@ -1,0 +1,45 @@
+import Baton
+import GRDB
+
+/// Rings the database's signals after every commit of this process's writer that changed rows:
+/// the database's commit signal, and one signal per changed table (see
+/// ``SharedDatabase/tableSignal(_:)``). The signals' state is the commit sequence number kept
+/// in the writer queue's shared page.
+final class CommitBroadcaster: TransactionObserver {
+    // Only touched on the writer connection's queue (GRDB calls observers there).
+    private var tables: Set<String> = []
+    private weak let database: SharedDatabase?
+
+    init(database: SharedDatabase) { self.database = database }
+
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
+
+    func databaseDidChange(with event: DatabaseEvent) { tables.insert(event.tableName) }
+
+    func databaseDidCommit(_ db: Database) {
+        let changed = tables
+        tables = []
+        guard !changed.isEmpty, let database else { return }
+        database.announceCommit(tables: changed)
+    }
+
+    func databaseDidRollback(_ db: Database) { tables = [] }
+}
+
+extension SharedDatabase {
+    /// The signal rung after a commit that changed `table` (state: the commit sequence number).
+    public func tableSignal(_ table: String) -> String {
+        let plain = commitSignal + ".t." + table.lowercased()
+        if plain.utf8.count <= Signals.maxNameBytes, !plain.utf8.contains(0) { return plain }
+        return commitSignal + ".h." + Self.identifier(ofPath: table.lowercased())
+    }
+
+    func announceCommit(tables: Set<String>) {
+        let sequence = writerQueue.bumpSequence()
+        // A signal is a doorbell: the data is committed already, and observers also poll
+        // `data_version`, so a failed post (a full signal table) delays a refresh, loses nothing.
+        guard let signals = try? container.signals else { return }
+        for table in tables { try? signals.post(tableSignal(table), state: sequence) }
+        try? signals.post(commitSignal, state: sequence)
+    }
+}

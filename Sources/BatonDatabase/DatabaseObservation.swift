@@ -1,0 +1,114 @@
+import Baton
+import GRDB
+
+extension SharedDatabase {
+    /// Fresh values of `value`: the current one first, then a new one after every commit of any
+    /// process, including writes made by programs that do not use Baton (noticed within
+    /// ``Configuration/externalChangePollInterval``).
+    ///
+    /// ```swift
+    /// for try await count in database.observe({ db in try Message.fetchCount(db) }) { ... }
+    /// ```
+    ///
+    /// Values may repeat (a commit to another table). While the database is suspended no value
+    /// is fetched; the next one comes after ``resume()``.
+    /// - Parameter value: Runs on a reader connection for every fresh value.
+    /// - Returns: An asynchronous sequence; iterate it from one task.
+    public func observe<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) -> DatabaseObservation<T> {
+        DatabaseObservation(database: self, value: value)
+    }
+}
+
+/// The fresh values of an observation of a ``SharedDatabase``: see
+/// ``SharedDatabase/observe(_:)``.
+public struct DatabaseObservation<Element: Sendable>: AsyncSequence, Sendable {
+    let database: SharedDatabase
+    let value: @Sendable (Database) throws -> Element
+
+    public func makeAsyncIterator() -> Iterator { Iterator(database: database, value: value) }
+
+    /// Iterates fresh values. Throws what the value closure throws, or a database error.
+    public struct Iterator: AsyncIteratorProtocol {
+        let database: SharedDatabase
+        let value: @Sendable (Database) throws -> Element
+        var watch: ChangeWatch?
+
+        public mutating func next() async throws -> Element? {
+            if watch == nil {
+                // Observe before the first fetch: no commit after it can be missed.
+                watch = try ChangeWatch(database: database, signal: database.commitSignal)
+                if let first = try await fetch() { return first }
+            }
+            while true {
+                try Task.checkCancellation()
+                guard var current = watch else { return nil }
+                _ = try await current.nextChange()
+                watch = current
+                if let fresh = try await fetch() { return fresh }
+            }
+        }
+
+        /// The value, or `nil` while the database is suspended.
+        private mutating func fetch() async throws -> Element? {
+            do {
+                // Take the data_version baseline before reading, so a change in between is seen.
+                try await watch?.rebaseline()
+                return try await database.read(value)
+            } catch let error as BatonError where error.code == .suspended {
+                return nil
+            }
+        }
+    }
+}
+
+/// Waits for the next change to a shared database: a delivery of a Baton commit signal, or a
+/// change of `PRAGMA data_version` found by polling (a writer that does not use Baton).
+struct ChangeWatch: Sendable {
+    let database: SharedDatabase
+    let signals: SignalObservation
+    var baseline: SharedDatabase.DataVersion?
+    var lastSequence: UInt64
+
+    init(database: SharedDatabase, signal: String) throws {
+        self.database = database
+        self.signals = try database.container.signals.observe(signal)
+        self.lastSequence = database.writerQueue.sequence
+    }
+
+    /// What changed.
+    enum Change {
+        /// A Baton writer committed; `sequence` is the commit sequence number after it.
+        case commit(sequence: UInt64)
+        /// A connection that does not use Baton committed.
+        case external
+    }
+
+    mutating func rebaseline() async throws {
+        baseline = try? await database.dataVersion()
+    }
+
+    mutating func nextChange() async throws -> Change {
+        while true {
+            do {
+                let delivery = try await signals.next(deadline: .after(database.configuration.externalChangePollInterval))
+                lastSequence = max(lastSequence, delivery.state)
+                baseline = try? await database.dataVersion()
+                return .commit(sequence: delivery.state)
+            } catch let error as BatonError where error.code == .timedOut {
+                guard let version = try? await database.dataVersion() else { continue }
+                defer { baseline = version }
+                guard let baseline, baseline != version else {
+                    if baseline == nil { return .external }  // first check after a resume
+                    continue
+                }
+                // data_version moved: a Baton commit (its signal is on its way) or another program.
+                let sequence = database.writerQueue.sequence
+                if sequence != lastSequence {
+                    lastSequence = sequence
+                    return .commit(sequence: sequence)
+                }
+                return .external
+            }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+import GRDB
+
+extension SharedDatabase {
+    /// Settings of a ``SharedDatabase``. The defaults are the ones that are right for sharing.
+    public struct Configuration: Sendable {
+        /// How long a write waits for its turn (in the fair writer queue, then for SQLite's write
+        /// lock) before it fails with `busy`. Default 5 s.
+        public var busyTimeout: Duration = .seconds(5)
+        /// How often observers check `PRAGMA data_version` for writes made by programs that do not
+        /// use Baton (Baton's own writers ring a signal, noticed at once). Default 1 s.
+        public var externalChangePollInterval: Duration = .seconds(1)
+        /// How long ``SharedDatabase/open(at:container:migrator:configuration:)`` waits for
+        /// another process that is opening or migrating the database. Default 30 s.
+        public var openTimeout: Duration = .seconds(30)
+        /// WAL pages after which a commit checkpoints (`PRAGMA wal_autocheckpoint`). Default 1000.
+        public var checkpointPages: Int = 1000
+        /// The size the WAL file is truncated to after a checkpoint that reset it
+        /// (`PRAGMA journal_size_limit`), which keeps it bounded. Default 4 MiB.
+        public var journalSizeLimit: Int = 4 << 20
+        /// Reader connections of this process. Default 5.
+        public var maximumReaderCount: Int = 5
+        /// Runs on every new connection, after Baton's own settings (for `PRAGMA`s, functions).
+        public var prepareDatabase: (@Sendable (Database) throws -> Void)?
+
+        /// The defaults.
+        public init() {}
+    }
+}

@@ -1,0 +1,495 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Baton
+import CBatonShims
+import GRDB
+import Synchronization
+
+/// One SQLite database (GRDB, WAL mode) shared by the processes of a ``SharedContainer``.
+///
+/// ```swift
+/// let database = try await SharedDatabase.open(at: groupPath + "/app.sqlite", container: container, migrator: migrator)
+/// try await database.write { db in try db.execute(sql: "INSERT INTO message(text) VALUES (?)", arguments: ["hi"]) }
+/// for try await count in database.observe({ db in try Int.fetchOne(db, sql: "SELECT count(*) FROM message") ?? 0 }) {
+///     print(count)    // fresh after every commit of any process, including the `sqlite3` shell
+/// }
+/// ```
+///
+/// What it adds to a plain `DatabasePool`:
+/// - opening and migrating happen under an exclusive cross-process lock, so processes that
+///   open a new database at the same instant create the schema once;
+/// - writers of every process are served first come, first served (a ``TicketLock`` taken before
+///   `BEGIN IMMEDIATE`): SQLite's busy handler alone lets one writer starve another;
+/// - every commit that changes rows rings a signal, so ``observe(_:)`` and ``commits(table:)`` in
+///   other processes see it at once; writes by programs that do not use Baton are noticed
+///   through `PRAGMA data_version`;
+/// - ``suspend()`` interrupts what runs, rolls back, and closes every connection, so the process
+///   holds no SQLite lock while suspended (iOS kills a suspended process that does: 0xDEAD10CC);
+/// - ``write(fencedBy:_:)`` refuses a write made under a stale lease.
+///
+/// The wrapper owns its `DatabasePool`: it closes it on suspension and opens a new one on
+/// resume, so never keep the `Database` passed to a closure beyond the closure.
+public final class SharedDatabase: Sendable {
+    /// The database file's absolute path.
+    public let path: String
+    /// The container whose processes share the database.
+    public let container: SharedContainer
+    /// The settings it was opened with.
+    public let configuration: Configuration
+    /// Whether it was opened with ``openReadOnly(at:container:migrator:configuration:)``.
+    public let isReadOnly: Bool
+
+    /// A stable id of the database file (hash of its absolute path), used in signal and lock names.
+    public let identifier: String
+    /// The signal rung after every commit that changes rows (state: the commit sequence number).
+    public let commitSignal: String
+
+    let writerQueue: TicketLock
+    let interruption = InterruptionFlag()
+    private let state = Mutex(State())
+
+    private struct State {
+        var pool: DatabasePool?
+        /// Nested suspensions (ours and the container's).
+        var depth = 0
+        /// Operations (reads and writes) running now.
+        var active = 0
+        /// Whether the pool was closed by the current suspension.
+        var closed = false
+        /// Suspenders waiting for the first one to finish closing.
+        var suspenders: [CheckedContinuation<Void, Never>] = []
+        var registration: SuspensionController.RegistrationToken?
+    }
+
+    private init(path: String, container: SharedContainer, configuration: Configuration, readOnly: Bool) throws {
+        self.path = path
+        self.container = container
+        self.configuration = configuration
+        self.isReadOnly = readOnly
+        self.identifier = Self.identifier(ofPath: path)
+        self.commitSignal = "baton.db.\(identifier)"
+        self.writerQueue = try TicketLock(container, name: "database/\(identifier).queue")
+    }
+
+    deinit {
+        let (pool, token) = state.withLock { ($0.pool, $0.registration) }
+        if let token { container.suspension.unregister(token) }
+        try? pool?.close()
+    }
+
+    // MARK: - Opening
+
+    /// Opens (creating it if needed) and migrates a shared database.
+    ///
+    /// Opening and migrating run under an exclusive lock of the container (and, on Apple
+    /// platforms, inside `NSFileCoordinator`), so several processes may call this at the same
+    /// instant: every one succeeds and the migrations run once.
+    ///
+    /// - Parameters:
+    ///   - path: The database file. Its directory must exist.
+    ///   - container: The container of the processes that share it.
+    ///   - migrator: The schema. A database whose schema is newer than `migrator` knows is refused.
+    ///   - configuration: Timeouts and SQLite settings.
+    /// - Returns: The open database.
+    /// - Throws: `suspended` while the container is suspended; `timedOut` if the open lock stays
+    ///   held past ``Configuration/openTimeout``; `notADatabase` or `corrupt` for a file that is
+    ///   not a sound SQLite database; `invalidArgument` when the database is newer than `migrator`.
+    public static func open(
+        at path: String,
+        container: SharedContainer,
+        migrator: DatabaseMigrator,
+        configuration: Configuration = Configuration()
+    ) async throws -> SharedDatabase {
+        try container.suspension.checkActive("open the shared database \(path)")
+        let database = try SharedDatabase(path: try absolutePath(path), container: container, configuration: configuration, readOnly: false)
+        let lock = try FileLock(container, name: "database/\(database.identifier).open.lock")
+        let held = try await lock.lock(.exclusive, deadline: .after(configuration.openTimeout))
+        defer { held.release() }
+        try FileCoordination.coordinate(writingItemAt: database.path) {
+            let pool = try database.makePool()
+            do {
+                try migrator.migrate(pool)
+                if try pool.read(migrator.hasBeenSuperseded) {
+                    throw BatonError(.invalidArgument, "the database \(database.path) has migrations this program does not know: it was written by a newer version. Update this program")
+                }
+            } catch {
+                try? pool.close()
+                throw database.translate(error)
+            }
+            database.state.withLock { $0.pool = pool }
+        }
+        database.register()
+        return database
+    }
+
+    /// Opens a shared database for reading only, without ever writing to it.
+    ///
+    /// Works while no writer runs: writers keep the `-wal` and `-shm` files (persistent WAL).
+    ///
+    /// - Parameters:
+    ///   - path: The database file.
+    ///   - container: The container of the processes that share it.
+    ///   - migrator: When given, the database is returned only once every migration it knows
+    ///     has been applied (and not when the database is newer).
+    ///   - configuration: Timeouts and SQLite settings.
+    /// - Returns: The database, or `nil` while the file does not exist or its migrations are not
+    ///   complete.
+    /// - Throws: `suspended`, `notADatabase`, `corrupt`, or a `DatabaseError`.
+    public static func openReadOnly(
+        at path: String,
+        container: SharedContainer,
+        migrator: DatabaseMigrator? = nil,
+        configuration: Configuration = Configuration()
+    ) async throws -> SharedDatabase? {
+        try container.suspension.checkActive("open the shared database \(path)")
+        let database = try SharedDatabase(path: try absolutePath(path), container: container, configuration: configuration, readOnly: true)
+        let ready = try FileCoordination.coordinate(readingItemAt: database.path) { () throws -> Bool in
+            guard FileManager.default.fileExists(atPath: database.path) else { return false }
+            let pool: DatabasePool
+            do {
+                pool = try database.makePool()
+            } catch {
+                if !FileManager.default.fileExists(atPath: database.path) { return false }
+                throw error
+            }
+            do {
+                if let migrator {
+                    let complete = try pool.read { db in
+                        try migrator.hasCompletedMigrations(db) && !migrator.hasBeenSuperseded(db)
+                    }
+                    guard complete else {
+                        try? pool.close()
+                        return false
+                    }
+                } else {
+                    // Fail now, not on first use, for a file that is not a database.
+                    _ = try pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") }
+                }
+            } catch {
+                try? pool.close()
+                throw database.translate(error)
+            }
+            database.state.withLock { $0.pool = pool }
+            return true
+        }
+        guard ready else { return nil }
+        database.register()
+        return database
+    }
+
+    private func register() {
+        let token = container.suspension.register(SuspensionHook(self))
+        state.withLock { $0.registration = token }
+    }
+
+    /// Opens a `DatabasePool` with the sharing settings.
+    func makePool() throws -> DatabasePool {
+        var grdb = GRDB.Configuration()
+        grdb.readonly = isReadOnly
+        grdb.busyMode = .timeout(configuration.busyTimeout.timeInterval)
+        grdb.maximumReaderCount = configuration.maximumReaderCount
+        grdb.label = "BatonDatabase"
+        grdb.observesSuspensionNotifications = false
+        let settings = configuration
+        let flag = interruption
+        grdb.prepareDatabase { db in
+            flag.install(on: db)
+            if !db.configuration.readonly {
+                try SQLiteSettings.persistWAL(db)
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                try db.execute(sql: "PRAGMA journal_size_limit = \(settings.journalSizeLimit)")
+                try db.execute(sql: "PRAGMA wal_autocheckpoint = \(settings.checkpointPages)")
+            }
+            try settings.prepareDatabase?(db)
+        }
+        let pool: DatabasePool
+        do {
+            pool = try DatabasePool(path: path, configuration: grdb)
+        } catch {
+            throw translate(error)
+        }
+        if !isReadOnly {
+            let broadcaster = CommitBroadcaster(database: self)
+            pool.add(transactionObserver: broadcaster, extent: .databaseLifetime)
+        }
+        return pool
+    }
+
+    // MARK: - Reading and writing
+
+    /// Reads from a consistent snapshot of the database.
+    /// - Parameter body: Runs on a reader connection; do not keep `db`.
+    /// - Returns: What `body` returns.
+    /// - Throws: `suspended` while suspended (a running read is interrupted), what `body` throws.
+    public func read<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
+        let pool = try enter(writing: false)
+        defer { leave() }
+        do {
+            return try await pool.read(body)
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    /// Writes in one `IMMEDIATE` transaction, after the writers of every process that asked
+    /// before (fair queue). Commits when `body` returns, rolls back when it throws.
+    /// - Parameter body: Runs on the writer connection inside the transaction.
+    /// - Returns: What `body` returns.
+    /// - Throws: `busy` when the write lock could not be had within
+    ///   ``Configuration/busyTimeout`` (naming the holder when known); `suspended`; `notWritable`
+    ///   for a read-only database; `CancellationError`; what `body` throws.
+    public func write<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
+        try await performWrite(fence: nil, body)
+    }
+
+    /// Writes like ``write(_:)``, but only if `fence` is still current: in the same transaction
+    /// the fence's epoch is compared with the highest epoch this database has seen for its
+    /// scope (kept in the table `baton_fence`) and the fence is validated. A stale fence writes
+    /// nothing.
+    /// - Parameters:
+    ///   - fence: The lease (or other fencing token) the write is made under.
+    ///   - body: Runs on the writer connection inside the transaction.
+    /// - Returns: What `body` returns.
+    /// - Throws: `fenced` (its cause is a ``FenceConflict`` with the current epoch), and what
+    ///   ``write(_:)`` throws.
+    public func write<T: Sendable>(fencedBy fence: some Fence, _ body: @Sendable (Database) throws -> T) async throws -> T {
+        try await performWrite(fence: fence, body)
+    }
+
+    private func performWrite<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
+        let pool = try enter(writing: true)
+        defer { leave() }
+        let cancelled = InterruptionFlag()
+        do {
+            return try await withTaskCancellationHandler {
+                try await pool.writeWithoutTransaction { db in
+                    try self.writeTransaction(db, fence: fence, cancelled: cancelled, body)
+                }
+            } onCancel: {
+                cancelled.set(true)
+                self.writerQueue.interruptWaiters()
+            }
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    /// Runs on the writer connection: queue, `BEGIN IMMEDIATE`, fence, body, commit.
+    private func writeTransaction<T>(
+        _ db: Database,
+        fence: (any Fence)?,
+        cancelled: InterruptionFlag,
+        _ body: (Database) throws -> T
+    ) throws -> T {
+        let ticket = try writerQueue.acquire(deadline: .after(configuration.busyTimeout)) {
+            if cancelled.isSet { return CancellationError() }
+            if self.interruption.isSet { return self.suspendedError("write to") }
+            return nil
+        }
+        defer { writerQueue.release(ticket) }
+        if interruption.isSet { throw suspendedError("write to") }
+        var result: T?
+        let started = ContinuousClock.now
+        do {
+            try db.inTransaction(.immediate) {
+                if let fence { try FenceTable.check(fence, in: db) }
+                result = try body(db)
+                return .commit
+            }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+            let waited = Int((ContinuousClock.now - started).timeInterval * 1000)
+            throw BatonError(
+                .busy,
+                "could not lock \(path) for writing within \(waited) ms: a connection that does not use Baton (the sqlite3 shell, another program) holds the write lock. Retry later or raise the busy timeout",
+                cause: error
+            )
+        }
+        guard let result else {
+            throw BatonError(.invalidArgument, "the write transaction ended without running its body")
+        }
+        return result
+    }
+
+    // MARK: - Operations and suspension
+
+    private func enter(writing: Bool) throws -> DatabasePool {
+        if writing && isReadOnly {
+            throw BatonError(.notWritable, "\(path) was opened read-only; open it with SharedDatabase.open to write")
+        }
+        let expired = container.suspension.isExpired
+        return try state.withLock { state -> DatabasePool in
+            if state.depth > 0 || expired { throw suspendedError(writing ? "write to" : "read") }
+            let pool: DatabasePool
+            if let open = state.pool {
+                pool = open
+            } else {
+                pool = try makePool()
+                state.pool = pool
+            }
+            state.active += 1
+            return pool
+        }
+    }
+
+    private func leave() {
+        state.withLock { $0.active -= 1 }
+    }
+
+    func suspendedError(_ doing: String) -> BatonError {
+        BatonError(.suspended, "cannot \(doing) \(path) while the process is suspended; call resume() first")
+    }
+
+    /// Whether operations are refused now.
+    public var isSuspended: Bool {
+        state.withLock { $0.depth > 0 } || container.suspension.isExpired
+    }
+
+    /// Interrupts running statements, rolls back open write transactions, leaves the writer queue,
+    /// closes every connection, and makes new reads and writes fail with `suspended`.
+    ///
+    /// Returns once this process holds no SQLite lock and no Baton lock on the database's files.
+    /// A closure already running keeps running until it returns, but every statement it starts
+    /// fails. Calls nest: each needs a ``resume()``. The container's suspension
+    /// (``SharedContainer/suspend()``) suspends the database too.
+    public func suspend() async {
+        let first = state.withLock { state -> Bool in
+            state.depth += 1
+            return state.depth == 1 && !state.closed
+        }
+        guard first else {
+            // Wait until the first suspender has closed the pool.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { state -> Bool in
+                    if state.closed || state.depth == 0 || state.pool == nil { return true }
+                    state.suspenders.append(continuation)
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+            return
+        }
+        interruption.set(true)
+        writerQueue.interruptWaiters()
+        // Statements are interrupted as they run (sqlite3_interrupt, and a progress handler for
+        // the ones that start later); interrupt until every operation has returned.
+        while true {
+            let (pool, active, depth) = state.withLock { ($0.pool, $0.active, $0.depth) }
+            if depth == 0 { break }  // resumed meanwhile
+            if active == 0 {
+                try? pool?.close()
+                let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                    if state.pool === pool { state.pool = nil }
+                    state.closed = true
+                    defer { state.suspenders = [] }
+                    return state.suspenders
+                }
+                for waiter in waiters { waiter.resume() }
+                return
+            }
+            pool?.interrupt()
+            writerQueue.interruptWaiters()
+            await Self.pause()
+        }
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            defer { state.suspenders = [] }
+            return state.suspenders
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Ends one ``suspend()``; the last one opens a new connection pool (reads and writes work
+    /// again). After the container was told it expires, this does nothing.
+    /// - Throws: An error opening the database again (it is retried on the next read or write).
+    public func resume() async throws {
+        let reopen = state.withLock { state -> Bool in
+            guard state.depth > 0 else { return false }
+            state.depth -= 1
+            return state.depth == 0
+        }
+        guard reopen, !container.suspension.isExpired else { return }
+        interruption.set(false)
+        try state.withLock { state in
+            state.closed = false
+            if state.pool == nil, state.depth == 0 { state.pool = try makePool() }
+        }
+    }
+
+    /// Sleeps a millisecond, even in a cancelled task (the drain of a suspension must finish).
+    private static func pause() async {
+        if (try? await Task.sleep(for: .milliseconds(1))) == nil { usleep(1_000) }
+    }
+
+    /// Forwards the container's suspension to the database (held weakly: the container keeps
+    /// its participants).
+    private final class SuspensionHook: SuspensionParticipant {
+        weak let database: SharedDatabase?
+        init(_ database: SharedDatabase) { self.database = database }
+        func suspend() async { await database?.suspend() }
+        func resume() async throws { try await database?.resume() }
+    }
+
+    // MARK: - Internal access for observation
+
+    /// `PRAGMA data_version` of the writer connection (changes when another connection
+    /// commits), with the identity of the pool it was read from.
+    func dataVersion() async throws -> DataVersion {
+        let pool = try enter(writing: false)
+        defer { leave() }
+        do {
+            let value = try await pool.writeWithoutTransaction { db in
+                try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0
+            }
+            return DataVersion(pool: ObjectIdentifier(pool), value: value)
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    struct DataVersion: Equatable {
+        var pool: ObjectIdentifier
+        var value: Int
+    }
+
+    // MARK: - Paths
+
+    static func absolutePath(_ path: String) throws -> String {
+        guard !path.isEmpty else {
+            throw BatonError(.invalidArgument, "the database path is empty")
+        }
+        var absolute = path
+        if !path.hasPrefix("/") {
+            absolute = FileManager.default.currentDirectoryPath + "/" + path
+        }
+        // Resolve the directory (the file may not exist yet) so that every process names the
+        // same file the same way.
+        let url = URL(fileURLWithPath: absolute)
+        let directory = url.deletingLastPathComponent().path
+        guard let resolved = realpath(directory, nil) else {
+            throw BatonError(.notFound, "the directory of the database \(path) does not exist; create it first")
+        }
+        defer { free(resolved) }
+        return String(cString: resolved) + "/" + url.lastPathComponent
+    }
+
+    /// FNV-1a 64 of the absolute path, as 16 hex digits.
+    static func identifier(ofPath path: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in path.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+}
+
+extension Duration {
+    /// The duration in seconds.
+    var timeInterval: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

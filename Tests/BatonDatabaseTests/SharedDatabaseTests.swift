@@ -1,0 +1,323 @@
+import Baton
+import BatonDatabase
+import Foundation
+import GRDB
+import Synchronization
+import Testing
+
+/// The schema the `baton db-test` workers use (same as `TestSchema` in BatonCLI).
+func testMigrator() -> DatabaseMigrator {
+    var migrator = DatabaseMigrator()
+    migrator.registerMigration("v1") { db in
+        try db.execute(sql: """
+            CREATE TABLE item (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT, UNIQUE(writer, seq));
+            CREATE TABLE creation_log (pid INTEGER NOT NULL);
+            """)
+        try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
+    }
+    return migrator
+}
+
+func count(_ database: SharedDatabase, _ sql: String = "SELECT count(*) FROM item") async throws -> Int {
+    try await database.read { db in try Int.fetchOne(db, sql: sql) ?? -1 }
+}
+
+/// A fence backed by a real file holding the current epoch (stands in for a role's lease).
+struct FileEpochFence: Fence {
+    let file: String
+    let scope: String
+    let epoch: UInt64
+    /// When false, `validate()` passes whatever the file says (a holder that validated just
+    /// before it was preempted): only the database's own record can stop it.
+    var checksFile = true
+
+    static func setEpoch(_ epoch: UInt64, in file: String) throws {
+        try String(epoch).write(toFile: file, atomically: true, encoding: .utf8)
+    }
+
+    func validate() throws {
+        guard checksFile else { return }
+        let current = UInt64(try String(contentsOfFile: file, encoding: .utf8)) ?? 0
+        if current != epoch {
+            throw BatonError(.fenced, "epoch \(epoch) of \(scope) is stale; current epoch \(current)")
+        }
+    }
+}
+
+@Suite("Shared database", .serialized)
+struct SharedDatabaseTests {
+    @Test("4 processes x 2,000 single-row writes at once: every row present, no error")
+    func concurrentWritersLoseNothing() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let writers = try (1...4).map { writer in
+            try ChildProcess(["db-test", "write", path, "--count", "2000", "--writer", "\(writer)"], container: directory.path)
+        }
+        for child in writers {
+            let status = try await child.wait(timeout: 120)
+            #expect(status == 0, "writer said: \(child.lines)")
+            #expect(child.lines.contains("done 2000"))
+            #expect(!child.lines.contains { $0.hasPrefix("error") })
+        }
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        #expect(try await count(database) == 8_000)
+        for writer in 1...4 {
+            #expect(try await count(database, "SELECT count(DISTINCT seq) FROM item WHERE writer = \(writer)") == 2_000)
+        }
+        #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
+    }
+
+    @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
+    func killDuringTransaction() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let holder = try ChildProcess(["db-test", "hold", path, "--count", "100"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "in-transaction" }
+        // A second writer queues behind the holder.
+        let waiter = try ChildProcess(["db-test", "write", path, "--count", "5", "--writer", "7"], container: directory.path)
+        try await waiter.line(timeout: 30) { $0 == "ready" }
+        holder.signal(SIGKILL)
+        #expect(try await holder.wait() == 128 + SIGKILL)
+        #expect(try await waiter.wait(timeout: 30) == 0, "waiter said: \(waiter.lines)")
+
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = -1") == 0)
+        #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = 7") == 5)
+        let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
+        #expect(integrity == "ok")
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 0)") }
+    }
+
+    @Test("8 processes open a new database at once: all succeed, the schema is created once")
+    func eightProcessesOpenAtOnce() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let openers = try (0..<8).map { _ in
+            try ChildProcess(["db-test", "open", path, "--slow-migration"], container: directory.path)
+        }
+        for child in openers {
+            #expect(try await child.wait(timeout: 60) == 0, "opener said: \(child.lines)")
+            #expect(child.lines.contains("opened"))
+        }
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
+    }
+
+    @Test("suspend() with a long write running leaves no lock in /proc/locks; calls nest; expire wins")
+    func suspendReleasesEveryLock() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        _ = try await count(database)
+        #expect(!ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "an open WAL database holds a lock on -shm")
+
+        let started = Atomic<Bool>(false)
+        let longWrite = Task {
+            try await database.write { db in
+                started.store(true, ordering: .relaxed)
+                for seq in 0..<50_000_000 {
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+                }
+            }
+        }
+        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(50))
+
+        await database.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "locks after suspend: \(ProcLocks.held(by: getpid(), under: directory.path))")
+        let outcome = await longWrite.result
+        #expect(throws: BatonError.self) { try outcome.get() }
+        await #expect { try await count(database) } throws: { ($0 as? BatonError)?.code == .suspended }
+        await #expect { try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
+            ($0 as? BatonError)?.code == .suspended
+        }
+
+        // Nested: two suspensions need two resumes.
+        await database.suspend()
+        try await database.resume()
+        #expect(database.isSuspended)
+        try await database.resume()
+        #expect(!database.isSuspended)
+        #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = -2") == 0, "the interrupted write was rolled back")
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") }
+        #expect(try await count(database) == 1)
+
+        // The container's suspension suspends the database; after expire, resume does nothing.
+        await container.suspend()
+        #expect(database.isSuspended)
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        await container.suspension.expire()
+        try await container.resume()
+        try await database.resume()
+        #expect(database.isSuspended)
+        await #expect { try await count(database) } throws: { ($0 as? BatonError)?.code == .suspended }
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+    }
+
+    @Test("a stale lease's write is rejected and writes nothing")
+    func staleFenceIsRejected() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let epochFile = directory.path + "/epoch"
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+
+        try FileEpochFence.setEpoch(1, in: epochFile)
+        let first = FileEpochFence(file: epochFile, scope: "sync", epoch: 1)
+        try await database.write(fencedBy: first) { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") }
+
+        // A newer holder takes over and writes.
+        try FileEpochFence.setEpoch(2, in: epochFile)
+        let second = FileEpochFence(file: epochFile, scope: "sync", epoch: 2)
+        try await database.write(fencedBy: second) { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, 1)") }
+
+        // The old holder's write is refused by its lease...
+        await #expect { try await database.write(fencedBy: first) { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 2)") } } throws: {
+            ($0 as? BatonError)?.code == .fenced
+        }
+        // ...and by the database itself when the lease check raced with the takeover.
+        let racing = FileEpochFence(file: epochFile, scope: "sync", epoch: 1, checksFile: false)
+        do {
+            try await database.write(fencedBy: racing) { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 3)") }
+            Issue.record("a write under epoch 1 succeeded after epoch 2 wrote")
+        } catch let error as BatonError {
+            #expect(error.code == .fenced)
+            #expect((error.cause as? FenceConflict)?.currentEpoch == 2)
+        }
+        #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = 1") == 1)
+        #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = 2") == 1)
+    }
+
+    @Test("an observer in one process sees another process's insert")
+    func observerSeesOtherProcess() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+
+        // Another process observes; this one inserts.
+        let observer = try ChildProcess(["db-test", "observe", path], container: directory.path)
+        try await observer.line(timeout: 30) { $0 == "count 0" }
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") }
+        try await observer.line(timeout: 10) { $0 == "count 1" }
+
+        // This process observes; another one inserts.
+        var values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }.makeAsyncIterator()
+        #expect(try await values.next() == 1)
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        var seen = 1
+        while seen != 2 { seen = try #require(try await values.next()) }
+        #expect(seen == 2)
+    }
+
+    @Test("a change made by a program that does not use Baton (the sqlite3 shell, a plain connection) is noticed")
+    func externalChangeIsNoticed() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.externalChangePollInterval = .milliseconds(100)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        var values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }.makeAsyncIterator()
+        #expect(try await values.next() == 0)
+
+        // A plain GRDB connection: no Baton, no signal.
+        let plain = try DatabaseQueue(path: path)
+        try await plain.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (5, 1)") }
+        try plain.close()
+        var seen = 0
+        while seen != 1 { seen = try #require(try await values.next()) }
+
+        let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        if let shell {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: shell)
+            process.arguments = [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+            while seen != 2 { seen = try #require(try await values.next()) }
+        }
+    }
+
+    @Test("a corrupt or non-SQLite file gives a clear error, not a crash")
+    func corruptFileGivesClearError() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+
+        let text = directory.path + "/notes.sqlite"
+        try String(repeating: "not a database\n", count: 400).write(toFile: text, atomically: true, encoding: .utf8)
+        await #expect { try await SharedDatabase.open(at: text, container: container, migrator: testMigrator()) } throws: {
+            ($0 as? BatonError)?.code == .notADatabase
+        }
+        await #expect { try await SharedDatabase.openReadOnly(at: text, container: container) } throws: {
+            ($0 as? BatonError)?.code == .notADatabase
+        }
+        let checkText = try await runBaton(["db", "check", text], container: directory.path)
+        #expect(checkText.status == 1)
+
+        // A real database whose table pages were overwritten.
+        let broken = directory.path + "/broken.sqlite"
+        do {
+            let queue = try DatabaseQueue(path: broken)
+            try await queue.write { db in
+                try db.execute(sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT)")
+                for index in 0..<2_000 { try db.execute(sql: "INSERT INTO t(payload) VALUES (?)", arguments: [String(repeating: "x", count: 100) + "\(index)"]) }
+            }
+            try queue.close()
+        }
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: broken))
+        try handle.seek(toOffset: 4096 * 3)
+        handle.write(Data(repeating: 0xA5, count: 4096 * 20))
+        try handle.close()
+        let database = try await SharedDatabase.open(at: broken, container: container, migrator: DatabaseMigrator())
+        await #expect { try await database.read { db in try Int.fetchOne(db, sql: "SELECT sum(length(payload)) FROM t") } } throws: {
+            ($0 as? BatonError)?.code == .corrupt
+        }
+        let check = try await runBaton(["db", "check", broken, "--json"], container: directory.path)
+        #expect(check.status == 1)
+        #expect(check.lines.contains { $0.contains("\"integrity_ok\":false") })
+    }
+
+    @Test("read-only opening: nil before the database exists, works while no writer runs")
+    func readOnlyWithoutWriter() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        #expect(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: testMigrator()) == nil)
+
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        #expect(FileManager.default.fileExists(atPath: path + "-wal"), "persistent WAL keeps -wal")
+        #expect(FileManager.default.fileExists(atPath: path + "-shm"), "persistent WAL keeps -shm")
+
+        var newer = testMigrator()
+        newer.registerMigration("v2") { db in try db.execute(sql: "CREATE TABLE later (id INTEGER PRIMARY KEY)") }
+        #expect(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: newer) == nil, "migrations incomplete")
+
+        let reader = try #require(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: testMigrator()))
+        #expect(try await count(reader) == 3)
+        await #expect { try await reader.write { db in try db.execute(sql: "DELETE FROM item") } } throws: {
+            ($0 as? BatonError)?.code == .notWritable
+        }
+    }
+
+    @Test("baton db watch prints the commits of other processes")
+    func watchCommand() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let opener = try ChildProcess(["db-test", "open", path], container: directory.path)
+        #expect(try await opener.wait() == 0)
+        let watch = try ChildProcess(["db", "watch", path, "--count", "3", "--timeout", "30", "--announce"], container: directory.path)
+        try await watch.line(timeout: 30) { $0 == "ready" }
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        #expect(try await watch.wait(timeout: 30) == 0, "watch said: \(watch.lines)")
+        #expect(watch.lines.contains { $0.hasPrefix("commit seq=") })
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// A copy of Tests/BatonTests/Support/ChildProcess.swift (test targets cannot share sources).
+
+/// A real child process of the package's own `baton` executable, for tests.
+///
+/// Standard output is read line by line on a thread; ``line(matching:timeout:)`` waits for a
+/// line. The child is killed with SIGKILL and reaped when this object goes away, and it dies
+/// with the test runner (`BATON_DIE_WITH_PARENT`).
+final class ChildProcess: Sendable {
+    let pid: pid_t
+    let arguments: [String]
+    private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
+    private let exitStatus = Mutex<Int32?>(nil)
+
+    /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
+    static var executable: String {
+        if let path = ProcessInfo.processInfo.environment["BATON_EXECUTABLE"] { return path }
+        let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var directory = me.deletingLastPathComponent()
+        // The test bundle may sit in a `.xctest` directory on some toolchains.
+        if directory.lastPathComponent.hasSuffix(".xctest") { directory = directory.deletingLastPathComponent() }
+        return directory.appendingPathComponent("baton").path
+    }
+
+    /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
+    init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+        self.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        if let container { environment["BATON_CONTAINER"] = container }
+        environment["BATON_DIE_WITH_PARENT"] = "1"
+        for (key, value) in extra { environment[key] = value }
+
+        var pipe: [Int32] = [0, 0]
+        guard Glibc.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
+        _ = fcntl(pipe[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(pipe[1], F_SETFD, FD_CLOEXEC)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+        let argv = ([Self.executable] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, Self.executable, &actions, nil, argv, envp)
+        Glibc.close(pipe[1])
+        guard result == 0 else {
+            Glibc.close(pipe[0])
+            throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO)
+        }
+        self.pid = pid
+        let readFD = pipe[0]
+        let thread = Thread { [self] in self.readLines(readFD) }
+        thread.start()
+    }
+
+    private func readLines(_ fd: Int32) {
+        var pending = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            pending.append(contentsOf: buffer[0..<count])
+            while let newline = pending.firstIndex(of: 10) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                output.withLock { $0.lines.append(line) }
+            }
+        }
+        if !pending.isEmpty {
+            let line = String(decoding: pending, as: UTF8.self)
+            output.withLock { $0.lines.append(line) }
+        }
+        Glibc.close(fd)
+        output.withLock { $0.closed = true }
+    }
+
+    /// Every line printed so far.
+    var lines: [String] { output.withLock { $0.lines } }
+
+    /// Waits for the next line (after the ones already returned by this method) that satisfies
+    /// `predicate`; throws after `timeout` seconds or if the output closes first.
+    @discardableResult
+    func line(timeout: Double = 10, matching predicate: @Sendable (String) -> Bool = { _ in true }) async throws -> String {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let (found, closed) = output.withLock { state -> (String?, Bool) in
+                while state.consumed < state.lines.count {
+                    let line = state.lines[state.consumed]
+                    state.consumed += 1
+                    if predicate(line) { return (line, false) }
+                }
+                return (nil, state.closed)
+            }
+            if let found { return found }
+            if closed { throw TestFailure("output of baton \(arguments.joined(separator: " ")) closed before the expected line; got: \(lines)") }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines)")
+    }
+
+    func signal(_ number: Int32) { Glibc.kill(pid, number) }
+
+    /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
+    @discardableResult
+    func wait(timeout: Double = 20) async throws -> Int32 {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let status = reap(blocking: false) { return status }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw TestFailure("baton \(arguments.joined(separator: " ")) did not exit within \(timeout)s")
+    }
+
+    private func reap(blocking: Bool) -> Int32? {
+        exitStatus.withLock { cached in
+            if let cached { return cached }
+            var status: Int32 = 0
+            let result = waitpid(pid, &status, blocking ? 0 : WNOHANG)
+            guard result == pid else { return nil }
+            let low = status & 0x7f
+            cached = low == 0 ? (status >> 8) & 0xff : 128 + low
+            return cached
+        }
+    }
+
+    deinit {
+        if reap(blocking: false) == nil {
+            Glibc.kill(pid, SIGKILL)
+            _ = reap(blocking: true)
+        }
+    }
+}
+
+/// Runs `baton <arguments>` to completion and returns its status and output lines.
+func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String]) {
+    let child = try ChildProcess(arguments, container: container)
+    let status = try await child.wait(timeout: timeout)
+    // Give the reader thread a moment to drain the pipe.
+    for _ in 0..<200 where !child.outputClosed { try await Task.sleep(for: .milliseconds(5)) }
+    return (status, child.lines)
+}
+
+extension ChildProcess {
+    var outputClosed: Bool { output.withLock { $0.closed } }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A fresh temporary container directory, removed when the value is released.
+final class TemporaryContainer: Sendable {
+    let path: String
+    init() throws {
+        var template = Array((NSTemporaryDirectory() + "baton-test-XXXXXX").utf8CString)
+        guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw POSIXError(.EIO)
+        }
+        path = String(cString: result)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Kernel file locks from `/proc/locks`.
+enum ProcLocks {
+    struct Entry: Hashable {
+        var kind: String   // FLOCK, POSIX, OFDLCK
+        var pid: pid_t
+        var inode: UInt64
+        var waiting: Bool
+    }
+
+    static func all() -> [Entry] {
+        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            let waiting = fields.count > 1 && fields[1] == "->"
+            if waiting { fields.remove(at: 1) } // a blocked waiter
+            guard fields.count >= 6, let pid = pid_t(fields[4]) else { return nil }
+            let device = fields[5].split(separator: ":")
+            guard device.count == 3, let inode = UInt64(device[2]) else { return nil }
+            return Entry(kind: fields[1], pid: pid, inode: inode, waiting: waiting)
+        }
+    }
+
+    /// Inodes of every file under `directory`.
+    static func inodes(under directory: String) -> Set<UInt64> {
+        var result = Set<UInt64>()
+        let enumerator = FileManager.default.enumerator(atPath: directory)
+        while let relative = enumerator?.nextObject() as? String {
+            var info = stat()
+            if lstat(directory + "/" + relative, &info) == 0 { result.insert(UInt64(info.st_ino)) }
+        }
+        return result
+    }
+
+    /// Locks held (not merely awaited) by `pid` on files under `directory`.
+    static func held(by pid: pid_t, under directory: String) -> [Entry] {
+        let inodes = inodes(under: directory)
+        return all().filter { $0.pid == pid && !$0.waiting && inodes.contains($0.inode) }
+    }
+}
