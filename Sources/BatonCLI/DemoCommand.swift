@@ -28,10 +28,15 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object on standard output (progress goes to standard error).") var json = false
     @Option(help: "Write the timeline as a self-contained HTML page.") var timeline: String?
     @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
+    @Option(help: "The extension memory limit in MiB (iOS: 24).") var memoryLimit = 24
+    @Option(help: "What the memory limit counts: dirty (what iOS counts: pages the process wrote) or resident (VmRSS, which also counts the clean pages of shared libraries).")
+    var memoryMeasure = "dirty"
     @Option(help: "Write every event of the run to this file, one JSON object a line.") var events: String?
 
     func validate() throws {
         guard messages >= 1, messages <= 10_000 else { throw ValidationError("--messages must be 1 to 10000") }
+        guard Simulator.MemoryMeasure(rawValue: memoryMeasure) != nil else { throw ValidationError("--memory-measure must be dirty or resident") }
+        guard memoryLimit >= 1 else { throw ValidationError("--memory-limit must be at least 1 MiB") }
         guard seconds >= 3, seconds <= 3600 else { throw ValidationError("--seconds must be 3 to 3600") }
     }
 
@@ -44,6 +49,8 @@ struct DemoCommand: AsyncParsableCommand {
         options.seconds = seconds
         options.chaos = chaos
         options.seed = seed
+        options.memoryLimit = UInt64(memoryLimit) << 20
+        options.memoryMeasure = Simulator.MemoryMeasure(rawValue: memoryMeasure) ?? .dirty
         let json = self.json
         options.progress = { line in
             if json { FileHandleOutput.standardError(line) } else { emit(line) }
@@ -101,7 +108,7 @@ struct DemoCommand: AsyncParsableCommand {
             ("suspensions", "\(report.suspensions)"),
             ("app / extension launches", "\(report.appLaunches) / \(report.extensionLaunches)"),
             ("pushes", "\(report.pushes)"),
-            ("extension peak memory", "\(fixed(report.extensionPeakResidentMiB)) MiB"),
+            ("extension peak memory", "\(fixed(report.extensionPeakDirtyMiB)) MiB dirty, \(fixed(report.extensionPeakResidentMiB)) MiB resident (limit \(Int(report.memoryLimitMiB)) MiB \(report.memoryMeasure))"),
             ("limit kills (memory/time)", "\(report.memoryLimitKills) / \(report.timeLimitKills)"),
             ("faults injected", "\(report.faultsInjected)"),
             ("duration", "\(fixed(report.durationSeconds)) s"),
@@ -119,6 +126,8 @@ struct DemoCommand: AsyncParsableCommand {
             "overlapping_connections": .int(report.overlappingConnections),
             "dead10cc_kills": .int(report.deadLockKills),
             "extension_peak_rss_mib": .double((report.extensionPeakResidentMiB * 100).rounded() / 100),
+            "extension_peak_dirty_mib": .double((report.extensionPeakDirtyMiB * 100).rounded() / 100),
+            "memory_limit": .object(["mib": .double(report.memoryLimitMiB), "measure": .string(report.memoryMeasure)]),
             "send_to_shown_ms": .object([
                 "p50": .double((report.sendToShownMilliseconds.p50 * 100).rounded() / 100),
                 "p99": .double((report.sendToShownMilliseconds.p99 * 100).rounded() / 100),

@@ -1,4 +1,5 @@
 import Baton
+import BatonDatabase
 import CBatonShims
 import Synchronization
 #if canImport(Glibc)
@@ -25,6 +26,10 @@ public struct Demo: Sendable {
         public var executable: String
         /// The shared container directory.
         public var container: String
+        /// The extension memory limit, and what it counts (iOS: 24 MB of footprint, which
+        /// ``Simulator/MemoryMeasure/dirty`` approximates).
+        public var memoryLimit: UInt64 = 24 << 20
+        public var memoryMeasure = Simulator.MemoryMeasure.dirty
         /// Called about once a second with a progress line.
         public var progress: (@Sendable (String) -> Void)?
 
@@ -75,9 +80,10 @@ public struct Demo: Sendable {
         let timeline = Timeline()
         let pushes = PushRelay()
         let server = try LoopbackServer(timeline: timeline) { id in pushes.deliver(id) }
-        let simulator = Simulator(
-            configuration: .init(executable: options.executable, container: options.container, serverPort: server.port),
-            timeline: timeline)
+        var configuration = Simulator.Configuration(executable: options.executable, container: options.container, serverPort: server.port)
+        configuration.extensionMemoryLimit = options.memoryLimit
+        configuration.memoryMeasure = options.memoryMeasure
+        let simulator = Simulator(configuration: configuration, timeline: timeline)
         pushes.attach(simulator)
         let plan = faultPlan
         let start = ContinuousClock.now
@@ -143,12 +149,15 @@ public struct Demo: Sendable {
         var report = DemoReport()
         report.tally(timeline.events)
         // What is really in the store (a process killed right after storing never reported it).
-        let stored = try InterimMessageStore(container: SharedContainer(path: options.container)).storedIDs()
+        let stored = Set(try await Inbox.open(container: SharedContainer(path: options.container)).messages().map(\.id))
         let sentIDs = Set(timeline.events.filter { $0.kind == .sent }.compactMap(\.message))
         report.stored = stored.intersection(sentIDs).count
         report.overlappingConnections = server.overlappingConnections
         report.deadLockKills = simulator.deadLockKills
         report.extensionPeakResidentMiB = Double(simulator.peakExtensionResidentMemory) / 1_048_576
+        report.extensionPeakDirtyMiB = Double(simulator.peakExtensionDirtyMemory) / 1_048_576
+        report.memoryLimitMiB = Double(options.memoryLimit) / 1_048_576
+        report.memoryMeasure = options.memoryMeasure.rawValue
         report.faultsInjected = simulator.faultsInjected
         report.faultSchedule = plan.faults.map(\.description)
         report.memoryLimitKills = simulator.limitKills["memory"] ?? 0

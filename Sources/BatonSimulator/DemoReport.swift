@@ -7,7 +7,13 @@ public struct DemoReport: Sendable {
     public var shownTwice: [String] = []
     public var overlappingConnections = 0
     public var deadLockKills = 0
+    /// Peak resident memory (VmHWM) of any extension process.
     public var extensionPeakResidentMiB = 0.0
+    /// Peak dirty memory (what iOS's limit counts) of any extension process.
+    public var extensionPeakDirtyMiB = 0.0
+    /// The limit and what it counted (`dirty` or `resident`).
+    public var memoryLimitMiB = 24.0
+    public var memoryMeasure = "dirty"
     public var sendToShownMilliseconds: (p50: Double, p99: Double) = (0, 0)
     public var handovers = 0
     public var faultsInjected = 0
@@ -32,7 +38,7 @@ public struct DemoReport: Sendable {
         if !shownTwice.isEmpty { failures.append("\(shownTwice.count) message(s) shown more than once: \(shownTwice.prefix(10).joined(separator: ", "))") }
         if overlappingConnections > 0 { failures.append("\(overlappingConnections) time(s) two cores were connected at once") }
         if deadLockKills > 0 { failures.append("\(deadLockKills) process(es) killed for holding a lock while suspended (0xDEAD10CC)") }
-        if memoryLimitKills > 0 { failures.append("\(memoryLimitKills) extension process(es) killed for passing the memory limit") }
+        if memoryLimitKills > 0 { failures.append("\(memoryLimitKills) extension process(es) killed for passing the memory limit (\(memoryMeasure) memory over \(Int(memoryLimitMiB)) MiB)") }
         if timeLimitKills > 0 { failures.append("\(timeLimitKills) extension process(es) killed for passing the time limit") }
         if stored < sent { failures.append("only \(stored) of \(sent) messages were stored") }
         return failures

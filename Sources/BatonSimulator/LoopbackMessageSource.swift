@@ -1,5 +1,11 @@
 import Baton
+import BatonDatabase
 import Synchronization
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -16,24 +22,51 @@ public struct ReceivedMessage: Sendable, Hashable {
     public var payload: String
 }
 
-/// The app's network core in the simulation: one connection to the ``LoopbackServer``.
+/// The app's network core in the simulation: one connection to the ``LoopbackServer``, as a
+/// Baton `MessageSource`.
 ///
-/// ``run(epoch:receive:isDone:)`` connects, hands each message to `receive` (which stores it
-/// durably), acknowledges it only after `receive` returns, and returns when the server says
-/// nothing more is pending and `isDone` agrees. The connection is closed when it returns,
-/// throws, or its task is cancelled, so it never outlives the role that allowed it.
-public struct LoopbackMessageSource: Sendable {
+/// ``run(delivering:)`` connects, hands each message to the inbox's sink (which stores it
+/// durably), acknowledges it to the server only after that, says `nothingPending()` whenever the
+/// server is idle, and runs until its task is cancelled or the server closes the connection. The
+/// connection is closed when it returns, so it never outlives the role that allowed it.
+public struct LoopbackMessageSource: MessageSource {
     /// The server's port on 127.0.0.1.
     public let port: UInt16
+    /// The role the core runs under: its current epoch goes into the server's connection record.
+    let role: Role?
+    /// Report `role-acquired`/`role-released` around each run (an extension's source runs only
+    /// while its process holds the `executor` role, which the inbox takes and releases).
+    let reportsRole: Bool
+    /// Called after each message is stored (the app shows it).
+    let afterStore: (@Sendable (String) async -> Void)?
 
-    public init(port: UInt16) { self.port = port }
+    public init(port: UInt16, role: Role? = nil, reportsRole: Bool = false, afterStore: (@Sendable (String) async -> Void)? = nil) {
+        self.port = port
+        self.role = role
+        self.reportsRole = reportsRole
+        self.afterStore = afterStore
+    }
+
+    public func run(delivering sink: MessageSink) async throws {
+        let epoch = (try? role?.status().epoch) ?? 0
+        if reportsRole { ChildChannel.emit(.roleAcquired, epoch: epoch, detail: "executor") }
+        defer { if reportsRole { ChildChannel.emit(.roleReleased, epoch: epoch, detail: "executor") } }
+        try await run(epoch: epoch, receive: { message in
+            try await sink.deliver(IncomingMessage(id: message.id, payload: Data(message.payload.utf8)))
+            ChildChannel.emit(.stored, message: message.id, detail: reportsRole ? "executor" : "app")
+            await afterStore?(message.id)
+        }, isDone: {
+            sink.nothingPending()
+            return false
+        })
+    }
 
     private enum Line: Sendable {
         case message(ReceivedMessage)
         case idle
     }
 
-    /// Runs one connection.
+    /// Runs one connection (``run(delivering:)`` without an inbox).
     /// - Parameters:
     ///   - epoch: The role epoch this connection runs under (the server records it).
     ///   - receive: Stores a message; it is acknowledged after this returns.

@@ -47,6 +47,21 @@ public enum ProcFS {
         return (resident, peak ?? resident)
     }
 
+    /// Dirty memory of a process (`Private_Dirty + Shared_Dirty` of `/proc/PID/smaps_rollup`),
+    /// in bytes: the pages it wrote, which is what iOS's memory limit counts (its
+    /// `phys_footprint`), unlike resident memory, which also counts the clean pages of shared
+    /// libraries. Nil once the process is gone.
+    public static func dirtyMemory(of pid: Int32) -> UInt64? {
+        guard let text = read("/proc/\(pid)/smaps_rollup") else { return nil }
+        var total: UInt64 = 0
+        var found = false
+        for line in text.split(separator: "\n") where line.hasPrefix("Private_Dirty:") || line.hasPrefix("Shared_Dirty:") {
+            total += kibibytes(line) ?? 0
+            found = true
+        }
+        return found ? total : nil
+    }
+
     private static func kibibytes(_ line: Substring) -> UInt64? {
         let fields = line.split(separator: " ", omittingEmptySubsequences: true)
         guard fields.count >= 2, let value = UInt64(fields[1]) else { return nil }

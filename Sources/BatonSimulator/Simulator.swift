@@ -37,8 +37,11 @@ public final class Simulator: Sendable {
         public var serverPort: UInt16
         /// An extension instance running longer than this gets its process killed (iOS: 30 s).
         public var extensionTimeLimit: Duration = .seconds(30)
-        /// An extension process whose resident memory passes this is killed (iOS: 24 MB).
+        /// An extension process whose memory (as ``memoryMeasure`` counts it) passes this is
+        /// killed (iOS: 24 MB).
         public var extensionMemoryLimit: UInt64 = 24 << 20
+        /// How the memory limit counts.
+        public var memoryMeasure: MemoryMeasure = .dirty
         /// How long the app has to release its locks after `will-suspend` before SIGSTOP.
         public var suspensionGrace: Duration = .seconds(5)
         /// An extension process idle this long is ended, as iOS reclaims it.
@@ -55,6 +58,16 @@ public final class Simulator: Sendable {
             self.container = container
             self.serverPort = serverPort
         }
+    }
+
+    /// What the extension memory limit counts.
+    public enum MemoryMeasure: String, Sendable, CaseIterable {
+        /// Resident memory (`VmRSS`): includes the clean pages of shared libraries (the Swift
+        /// runtime, Foundation, SQLite), which iOS does not count.
+        case resident
+        /// Dirty memory (`Private_Dirty + Shared_Dirty`): the pages the process wrote, the
+        /// closest Linux figure to iOS's `phys_footprint`, which its limit applies to.
+        case dirty
     }
 
     /// Where the app is in its life.
@@ -85,6 +98,7 @@ public final class Simulator: Sendable {
         var dead10ccKills = 0
         var limitKills: [String: Int] = [:]
         var peakExtensionResident: UInt64 = 0
+        var peakExtensionDirty: UInt64 = 0
         var faultsInjected = 0
         var waiters: [UInt64: Waiter] = [:]
         var nextWaiter: UInt64 = 0
@@ -454,12 +468,16 @@ public final class Simulator: Sendable {
             + UInt64(configuration.extensionIdleLifetime.components.attoseconds / 1_000_000_000)
         for record in extensions where record.process.isRunning {
             let process = record.process
-            if let memory = ProcFS.residentMemory(of: process.pid) {
-                state.withLock { $0.peakExtensionResident = max($0.peakExtensionResident, memory.peak) }
-                if memory.resident > configuration.extensionMemoryLimit {
-                    kill(process, reason: "memory", detail: "resident memory \(memory.resident >> 20) MiB passed the limit of \(configuration.extensionMemoryLimit >> 20) MiB")
-                    continue
-                }
+            let resident = ProcFS.residentMemory(of: process.pid)
+            let dirty = ProcFS.dirtyMemory(of: process.pid)
+            state.withLock { state in
+                state.peakExtensionResident = max(state.peakExtensionResident, resident?.peak ?? 0)
+                state.peakExtensionDirty = max(state.peakExtensionDirty, dirty ?? 0)
+            }
+            let counted = configuration.memoryMeasure == .resident ? resident?.resident : dirty
+            if let counted, counted > configuration.extensionMemoryLimit {
+                kill(process, reason: "memory", detail: "\(configuration.memoryMeasure.rawValue) memory \(counted >> 20) MiB passed the limit of \(configuration.extensionMemoryLimit >> 20) MiB")
+                continue
             }
             if let oldest = record.instances.values.min(), now > oldest, now - oldest > timeLimit {
                 kill(process, reason: "time", detail: "an instance ran longer than \(configuration.extensionTimeLimit)")
@@ -505,6 +523,8 @@ public final class Simulator: Sendable {
     public var limitKills: [String: Int] { state.withLock { $0.limitKills } }
     /// The highest resident memory seen in any extension process (VmHWM), in bytes.
     public var peakExtensionResidentMemory: UInt64 { state.withLock { $0.peakExtensionResident } }
+    /// The highest dirty memory seen in any extension process, in bytes.
+    public var peakExtensionDirtyMemory: UInt64 { state.withLock { $0.peakExtensionDirty } }
     /// Faults that hit a process.
     public var faultsInjected: Int { state.withLock { $0.faultsInjected } }
     /// Launches so far.

@@ -36,7 +36,9 @@ struct SimulatorTests {
             #expect(report["overlapping_connections"] as? Int == 0)
             #expect(report["dead10cc_kills"] as? Int == 0)
             #expect((report["faults_injected"] as? Int ?? 0) > 0)
-            #expect((report["extension_peak_rss_mib"] as? Double ?? 99) < 24)
+            #expect((report["extension_peak_dirty_mib"] as? Double ?? 99) < 24)
+            #expect((report["extension_peak_rss_mib"] as? Double ?? 0) > 0)
+            #expect(report["memory_limit_kills"] as? Int == 0)
             let latency = report["send_to_shown_ms"] as? [String: Any]
             #expect(latency?["p50"] is Double)
             #expect(latency?["p99"] is Double)
@@ -118,7 +120,10 @@ struct SimulatorTests {
     }
 
     @Test func anExtensionPastTheMemoryLimitIsKilled() async throws {
-        try await Self.withSimulator(configure: { $0.extensionMemoryLimit = 24 << 20 }) { simulator, _ in
+        try await Self.withSimulator(configure: {
+            $0.extensionMemoryLimit = 24 << 20
+            $0.memoryMeasure = .dirty
+        }) { simulator, _ in
             let ready = simulator.expect { $0.kind == .ready }
             let process = try simulator.launchExtension()
             _ = try #require(await simulator.wait(for: ready, timeout: .seconds(20)))
@@ -126,7 +131,7 @@ struct SimulatorTests {
             let gone = simulator.expect { $0.kind == .killed && $0.pid == process.pid }
             process.send(ChildCommand(.allocate, mebibytes: 40))
             let event = try #require(await simulator.wait(for: limit, timeout: .seconds(20)))
-            #expect(event.detail?.contains("resident memory") == true)
+            #expect(event.detail?.contains("dirty memory") == true)
             _ = await simulator.wait(for: gone, timeout: .seconds(10))
             #expect(process.exitStatus == 128 + SIGKILL)
             #expect(simulator.limitKills["memory"] == 1)
