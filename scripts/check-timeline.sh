@@ -18,7 +18,7 @@ swift build --product baton >/dev/null
 work="$(mktemp -d /tmp/baton-timeline-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 html="$work/timeline.html"
-.build/debug/baton demo --seconds 15 --messages 40 --chaos --seed 9 --json --timeline "$html" "$@" >"$work/report.json"
+.build/debug/baton demo --seconds 15 --messages 40 --chaos --seed 3 --json --timeline "$html" "$@" >"$work/report.json"
 echo "report: $(cat "$work/report.json")"
 for part in "<svg" "app#1" "server" "core role held" "connected to the server" "suspended" "<polyline"; do
     grep -q -- "$part" "$html" || { echo "error: the page lacks \"$part\"" >&2; exit 1; }

@@ -56,8 +56,8 @@ public struct FaultPlan: Sendable, Hashable, Codable {
         while true {
             time += Double.random(in: interval * 0.4...interval * 1.6, using: &generator)
             guard time < window.upperBound else { break }
-            let target: Target = [.app, .extension, .coreHolder, .coreHolder].randomElement(using: &generator)!
-            let action: Action = Bool.random(using: &generator)
+            let target: Target = [.app, .extension, .extension, .coreHolder].randomElement(using: &generator)!
+            let action: Action = Int.random(in: 0..<5, using: &generator) < 2
                 ? .kill
                 : .stall(milliseconds: Int.random(in: 100...maximumStall, using: &generator))
             faults.append(Fault(at: time, target: target, action: action))
