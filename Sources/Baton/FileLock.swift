@@ -62,7 +62,7 @@ public struct FileLock: Sendable {
         let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
         do {
             if try Sys.tryFlock(fd, mode.flockOperation).get("locking \(name)") {
-                return HeldFileLock(fd: fd, lock: self, mode: mode)
+                return try granted(fd, mode)
             }
         } catch {
             Sys.close(fd)
@@ -88,7 +88,7 @@ public struct FileLock: Sendable {
             let seen = subscription.events.snapshot()
             if try Sys.tryFlock(fd, operation).get("locking \(name)") {
                 owned = false
-                return HeldFileLock(fd: fd, lock: self, mode: mode)
+                return try granted(fd, mode)
             }
             try container.suspension.checkActive("take the lock \(name)")
             let slice = deadline.earliest(.after(Self.backstopInterval))
@@ -104,10 +104,23 @@ public struct FileLock: Sendable {
                 if delay > .zero { try await Task.sleep(for: delay) }
                 if try Sys.tryFlock(fd, operation).get("locking \(name)") {
                     owned = false
-                    return HeldFileLock(fd: fd, lock: self, mode: mode)
+                    return try granted(fd, mode)
                 }
             }
         }
+    }
+
+    /// Wraps a descriptor just locked. A suspension (or expiry) that began while the lock was
+    /// being taken may have missed it: the lock is then released at once and `suspended`
+    /// thrown, so a suspended process never holds a lock. (The registration with the
+    /// suspension controller happens before the check, so one of the two always sees the other.)
+    private func granted(_ fd: Int32, _ mode: LockMode) throws -> HeldFileLock {
+        let held = HeldFileLock(fd: fd, lock: self, mode: mode)
+        if container.suspension.isSuspended {
+            held.release()
+            throw BatonError(.suspended, "the lock \(name) was released at once: the process was suspended while taking it; call resume() first")
+        }
+        return held
     }
 
     /// Runs `body` holding the lock, and releases it afterwards even when `body` throws or the

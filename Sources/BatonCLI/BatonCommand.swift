@@ -14,6 +14,7 @@ struct BatonCommand: AsyncParsableCommand {
             DatabaseCommand.self,
             DatabaseTestCommand.self,
             InboxCommand.self,
+            LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
             DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,

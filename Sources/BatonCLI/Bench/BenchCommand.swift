@@ -54,6 +54,7 @@ let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     RolesBench.self,
     InboxBench.self,
+    LifecycleBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {

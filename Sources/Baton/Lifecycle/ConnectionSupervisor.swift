@@ -1,0 +1,407 @@
+import Synchronization
+
+/// Keeps one connection to your server up, and only while the process may hold it.
+///
+/// Give it a `connect()` closure and run it as a service (``run()``, cancelled to stop):
+///
+/// ```swift
+/// let supervisor = ConnectionSupervisor(container: container, permit: rolePermit,
+///                                       reachability: try NetlinkReachability()) {
+///     try await MyServerConnection.open(host: "example.org")
+/// }
+/// try await withThrowingDiscardingTaskGroup { group in
+///     group.addTask { try await supervisor.run() }
+///     for await state in supervisor.states() { print(state) }
+/// }
+/// ```
+///
+/// - It reconnects at once when a connection drops, then backs off exponentially with full
+///   jitter (``ConnectionBackoff``), capped and reset after a stable period.
+/// - It tries again at once when the ``Reachability`` monitor reports a reachable path during a
+///   back-off, and pings the live connection at once on any network change.
+/// - It pings the connection every ``Configuration/keepAliveInterval``.
+/// - It connects only while it holds a ``ConnectionGrant`` from its ``ConnectionPermit`` (the
+///   role). When the grant must end (a stop request, the container's suspension), it first waits
+///   for critical sections (``withCriticalSection(_:)``, ``SensitiveTasks``), then closes the
+///   connection, and only then releases the grant: two processes are never connected at once.
+///   On suspension it closes the connection before any lock of the container is released.
+///
+/// There are no hidden tasks: everything runs inside ``run()``.
+public final class ConnectionSupervisor<Connection: SupervisedConnection>: CriticalSectionProvider {
+    /// Tuning.
+    public struct Configuration: Sendable {
+        /// The back-off between attempts.
+        public var backoff: ConnectionBackoff
+        /// How often to ping a live connection; `nil` for never.
+        public var keepAliveInterval: Duration?
+        /// How long one `connect()` may take before it is cancelled and counted as a failure.
+        public var connectTimeout: Duration
+
+        /// Creates a configuration.
+        /// - Parameters:
+        ///   - backoff: The back-off policy.
+        ///   - keepAliveInterval: Ping interval (default 60 s); `nil` disables pings.
+        ///   - connectTimeout: The limit of one connection attempt (default 30 s).
+        public init(
+            backoff: ConnectionBackoff = ConnectionBackoff(),
+            keepAliveInterval: Duration? = .seconds(60),
+            connectTimeout: Duration = .seconds(30)
+        ) {
+            self.backoff = backoff
+            self.keepAliveInterval = keepAliveInterval
+            self.connectTimeout = connectTimeout
+        }
+    }
+
+    private struct State {
+        var running = false
+        var connection: Connection?
+        var grant: (any ConnectionGrant)?
+        /// Attempts since the last stable connection (0: the next one is made at once).
+        var attempt = 0
+        var criticalSections = 0
+        var network: NetworkPath?
+        var sessionActive = false
+        var stopSession = false
+        var lastError: (any Error & Sendable)?
+        var connections = 0
+    }
+
+    /// The tuning it was created with.
+    public let configuration: Configuration
+    private let connectBody: @Sendable () async throws -> Connection
+    private let permit: any ConnectionPermit
+    private let reachability: (any Reachability)?
+    private let container: SharedContainer?
+    private let state = Mutex(State())
+    private let broadcast = Broadcast<ConnectionState>(initial: .stopped)
+    /// Moves on every reachability update.
+    private let networkEvents = EventCounter()
+    /// Moves when a critical section ends, a session must stop, or a session ended.
+    private let sessionEvents = EventCounter()
+
+    /// Creates a supervisor; nothing happens until ``run()``.
+    /// - Parameters:
+    ///   - container: The shared container whose suspension closes the connection first; `nil`
+    ///     when the process does not use Baton's suspension.
+    ///   - permit: Who allows connecting: the role (see ``ConnectionPermit``), or
+    ///     ``UnrestrictedPermit`` (the default).
+    ///   - reachability: A network monitor, or `nil`.
+    ///   - configuration: Back-off, keep-alive and timeout settings.
+    ///   - connect: Opens a connection; it should honour task cancellation.
+    public init(
+        container: SharedContainer? = nil,
+        permit: any ConnectionPermit = UnrestrictedPermit(),
+        reachability: (any Reachability)? = nil,
+        configuration: Configuration = Configuration(),
+        connect: @escaping @Sendable () async throws -> Connection
+    ) {
+        self.container = container
+        self.permit = permit
+        self.reachability = reachability
+        self.configuration = configuration
+        self.connectBody = connect
+    }
+
+    // MARK: Observing
+
+    /// The current state.
+    public var currentState: ConnectionState { broadcast.latest ?? .stopped }
+
+    /// The live connection, if any.
+    public var connection: Connection? { state.withLock { $0.connection } }
+
+    /// The last error `connect()` threw (or a connect timeout), for diagnostics.
+    public var lastError: (any Error & Sendable)? { state.withLock { $0.lastError } }
+
+    /// How many connections were established since creation.
+    public var connectionCount: Int { state.withLock { $0.connections } }
+
+    /// The current state, then every transition, in order. Stop iterating to unsubscribe.
+    public func states() -> AsyncStream<ConnectionState> { broadcast.subscribe() }
+
+    // MARK: Critical sections
+
+    /// Runs `body` while holding off stop requests: the connection stays up (and the role held)
+    /// until `body` returns. Inside a grant, the grant's own critical section is used (for a
+    /// role, its status then says so).
+    /// - Parameter body: The work.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` or the grant's critical section throws.
+    public func withCriticalSection<R: Sendable>(_ body: @Sendable () async throws -> R) async throws -> R {
+        let grant = state.withLock { state -> (any ConnectionGrant)? in
+            state.criticalSections += 1
+            return state.grant
+        }
+        defer {
+            state.withLock { $0.criticalSections -= 1 }
+            sessionEvents.notify()
+        }
+        if let grant { return try await grant.withCriticalSection(body) }
+        return try await body()
+    }
+
+    // MARK: Running
+
+    /// Keeps the connection up until the task is cancelled, then closes it, releases the
+    /// grant, publishes ``ConnectionState/stopped`` and returns.
+    /// - Throws: `invalidArgument` if it is already running; an error of the permit other than
+    ///   `suspended` (which makes it wait for the container to resume) or cancellation.
+    public func run() async throws {
+        let alreadyRunning = state.withLock { state -> Bool in
+            defer { state.running = true }
+            return state.running
+        }
+        if alreadyRunning {
+            throw BatonError(.invalidArgument, "this ConnectionSupervisor is already running; run it from one task only")
+        }
+        defer {
+            state.withLock { $0.running = false }
+            broadcast.yield(.stopped)
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let reachability {
+                group.addTask {
+                    for await path in reachability.updates() { self.noteNetwork(path) }
+                }
+            }
+            defer { group.cancelAll() }
+            try await superviseUntilCancelled()
+        }
+    }
+
+    private func publish(_ newState: ConnectionState) {
+        broadcast.yield(newState)
+    }
+
+    private func noteNetwork(_ path: NetworkPath) {
+        state.withLock { $0.network = path }
+        networkEvents.notify()
+    }
+
+    private func superviseUntilCancelled() async throws {
+        while !Task.isCancelled {
+            publish(.waitingForPermit)
+            if let container, container.suspension.isSuspended {
+                do { try await waitUntilActive(container) } catch { return }
+                continue
+            }
+            let grant: any ConnectionGrant
+            do {
+                grant = try await permit.acquire(deadline: .never)
+            } catch is CancellationError {
+                return
+            } catch let error as BatonError where error.code == .cancelled {
+                return
+            } catch let error as BatonError where error.code == .suspended {
+                continue
+            }
+            if Task.isCancelled || container?.suspension.isSuspended == true {
+                await grant.release()
+                continue
+            }
+            await session(grant)
+            await grant.release()
+            state.withLock { state in
+                state.grant = nil
+                state.sessionActive = false
+                state.connection = nil
+            }
+            sessionEvents.notify()
+        }
+    }
+
+    private func waitUntilActive(_ container: SharedContainer) async throws {
+        while true {
+            let seen = container.suspension.transitions.snapshot()
+            if !container.suspension.isSuspended { return }
+            try await container.suspension.transitions.wait(after: seen, deadline: .never)
+        }
+    }
+
+    /// One grant: connect and reconnect until the grant must end, then close.
+    private func session(_ grant: any ConnectionGrant) async {
+        state.withLock { state in
+            state.grant = grant
+            state.sessionActive = true
+            state.stopSession = false
+            state.attempt = 0
+        }
+        // Registered after the grant (a role lease registers itself when acquired), so the
+        // container suspends this first: the connection is closed before the role's locks go.
+        let token = container?.suspension.register(SessionSuspension(self))
+        defer { if let token, let container { container.suspension.unregister(token) } }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.untilSessionMustEnd(grant) }
+            group.addTask { await self.connectLoop() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Returns when the grant asks to stop (after critical sections ended), when the container
+    /// suspends, or when cancelled.
+    private func untilSessionMustEnd(_ grant: any ConnectionGrant) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try? await grant.stopRequested() }
+            group.addTask { try? await self.untilSuspensionStop() }
+            await group.next()
+            group.cancelAll()
+        }
+        // A stop request waits for critical sections; a suspension does not (the system is
+        // taking the process's time away regardless).
+        while !Task.isCancelled {
+            let seen = sessionEvents.snapshot()
+            let proceed = state.withLock { $0.criticalSections == 0 || $0.stopSession }
+            if proceed { return }
+            do { try await sessionEvents.wait(after: seen, deadline: .never) } catch { return }
+        }
+    }
+
+    private func untilSuspensionStop() async throws {
+        while true {
+            let seen = sessionEvents.snapshot()
+            if state.withLock({ $0.stopSession }) { return }
+            try await sessionEvents.wait(after: seen, deadline: .never)
+        }
+    }
+
+    /// Called by the container's suspension: ends the session and waits until the connection
+    /// is closed and the grant released.
+    fileprivate func suspendSession() async {
+        state.withLock { $0.stopSession = true }
+        sessionEvents.notify()
+        while true {
+            let seen = sessionEvents.snapshot()
+            if !state.withLock({ $0.sessionActive }) { return }
+            do { try await sessionEvents.wait(after: seen, deadline: .never) } catch { return }
+        }
+    }
+
+    private func connectLoop() async {
+        while !Task.isCancelled {
+            let attempt = state.withLock { state -> Int in
+                defer { state.attempt += 1 }
+                return state.attempt
+            }
+            if attempt > 0 {
+                let until = ContinuousClock.now.advanced(by: configuration.backoff.delay(forAttempt: attempt))
+                publish(.waiting(until: until, attempt: attempt))
+                do { try await waitForRetry(until: until) } catch { return }
+            }
+            publish(.connecting(attempt: attempt))
+            guard let connection = await connectOnce() else { continue }
+            if Task.isCancelled {
+                await connection.close()
+                return
+            }
+            let since = ContinuousClock.now
+            state.withLock { state in
+                state.connection = connection
+                state.connections += 1
+            }
+            publish(.connected(since: since))
+            await keepUp(connection)
+            let stable = ContinuousClock.now - since >= configuration.backoff.stablePeriod
+            state.withLock { state in
+                state.connection = nil
+                if stable { state.attempt = 0 }
+            }
+        }
+    }
+
+    /// Waits until `until`, or less if the network is reported reachable meanwhile.
+    private func waitForRetry(until: ContinuousClock.Instant) async throws {
+        while true {
+            let seen = networkEvents.snapshot()
+            if ContinuousClock.now >= until { return }
+            do {
+                try await networkEvents.wait(after: seen, deadline: Deadline(until))
+            } catch let error as BatonError where error.code == .timedOut {
+                return
+            }
+            if state.withLock({ $0.network?.status == .reachable }) { return }
+        }
+    }
+
+    private enum Outcome: Sendable {
+        case connected(Connection)
+        case failed(any Error & Sendable)
+        case timedOut
+    }
+
+    /// One attempt, bounded by the connect timeout. `nil` when it failed or was cancelled.
+    private func connectOnce() async -> Connection? {
+        let timeout = configuration.connectTimeout
+        let connect = connectBody
+        return await withTaskGroup(of: Outcome.self) { group in
+            group.addTask {
+                do { return .connected(try await connect()) } catch { return .failed(error) }
+            }
+            group.addTask {
+                do { try await Task.sleep(for: timeout) } catch { return .failed(CancellationError()) }
+                return .timedOut
+            }
+            let first = await group.next() ?? .failed(CancellationError())
+            group.cancelAll()
+            while let other = await group.next() {
+                // A connection that completed after the race was decided is not used.
+                if case .connected(let stray) = other { await stray.close() }
+            }
+            switch first {
+            case .connected(let connection):
+                return connection
+            case .failed(let error):
+                if !(error is CancellationError) { state.withLock { $0.lastError = error } }
+                return nil
+            case .timedOut:
+                state.withLock {
+                    $0.lastError = BatonError(.timedOut, "connect() did not finish within \(timeout); check the server address, or raise Configuration.connectTimeout")
+                }
+                return nil
+            }
+        }
+    }
+
+    /// Watches a live connection until it closes, a ping fails, or the task is cancelled;
+    /// then closes it.
+    private func keepUp(_ connection: Connection) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await connection.closed() }
+            if let interval = configuration.keepAliveInterval {
+                group.addTask { await self.keepAlive(connection, every: interval) }
+            }
+            group.addTask { try? await EventCounter().wait(after: 0, deadline: .never) } // ends on cancellation
+            await group.next()
+            group.cancelAll()
+            await connection.close()
+        }
+    }
+
+    /// Pings on the interval and at once on a network change; returns when a ping fails or
+    /// the task is cancelled.
+    private func keepAlive(_ connection: Connection, every interval: Duration) async {
+        var next = ContinuousClock.now.advanced(by: interval)
+        while true {
+            let seen = networkEvents.snapshot()
+            do {
+                try await networkEvents.wait(after: seen, deadline: Deadline(next))
+            } catch let error as BatonError where error.code == .timedOut {
+                // The interval elapsed.
+            } catch {
+                return
+            }
+            do { try await connection.ping() } catch { return }
+            next = ContinuousClock.now.advanced(by: interval)
+        }
+    }
+
+    private final class SessionSuspension: SuspensionParticipant {
+        let supervisor: ConnectionSupervisor<Connection>
+        init(_ supervisor: ConnectionSupervisor<Connection>) { self.supervisor = supervisor }
+        func suspend() async { await supervisor.suspendSession() }
+        func resume() async throws {}
+    }
+}
+
+extension ConnectionSupervisor: Sendable {}

@@ -1,0 +1,17 @@
+/// A connection that a ``ConnectionSupervisor`` keeps up: a socket to your server, a WebSocket,
+/// a peer session. Your `connect()` closure creates one; the supervisor watches it.
+///
+/// Implementations must be safe to call from several tasks at once.
+public protocol SupervisedConnection: Sendable {
+    /// Returns once the connection is closed, whoever closed it (the peer, the network, or
+    /// ``close()``). Returns at once if it is already closed.
+    func closed() async
+
+    /// Closes the connection and returns once it is closed. Calling it more than once is safe.
+    func close() async
+
+    /// Sends a keep-alive probe.
+    /// - Throws: Any error when the connection is no longer usable; the supervisor then closes
+    ///   it and reconnects.
+    func ping() async throws
+}

@@ -1,0 +1,237 @@
+import Baton
+import CBatonShims
+import Foundation
+import Synchronization
+
+/// `baton bench lifecycle`: how fast the connection supervisor comes back.
+///
+/// - drop to connected: the loopback server drops the connection; time until the supervisor
+///   reports the new connection up. Floors in the same run: a raw TCP `connect` to the same
+///   server, and a hand-written blocking client that reconnects as soon as `recv` returns 0.
+/// - preemption to connected: a worker process (priority 1) holds the permit and a connection;
+///   this process (priority 2) starts its own supervisor; time until the worker's connection is
+///   closed and this one is up. Floor: the same hand-over done raw (a pipe byte asks the worker,
+///   which closes its socket and `flock(LOCK_UN)`s; this process's blocking `flock` returns,
+///   then it connects).
+enum LifecycleBench: BenchSuite {
+    static let name = "lifecycle"
+
+    static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
+        let container = try SharedContainer(path: path)
+        let server = try LoopbackServer()
+        let rounds = quick ? 200 : 2_000
+        let handovers = quick ? 30 : 200
+
+        FileHandleOutput.standardError("lifecycle bench: measuring rawConnect")
+        let rawConnect = try measureRawConnect(port: server.port, rounds: rounds)
+        FileHandleOutput.standardError("lifecycle bench: measuring rawReconnect")
+        let rawReconnect = try measureRawReconnect(server: server, rounds: rounds)
+        FileHandleOutput.standardError("lifecycle bench: measuring supervised")
+        let supervised = try await measureSupervisedReconnect(server: server, rounds: rounds)
+        FileHandleOutput.standardError("lifecycle bench: measuring rawHandover")
+        let rawHandover = try measureRawHandover(container: container, path: path, server: server, rounds: handovers)
+        FileHandleOutput.standardError("lifecycle bench: measuring preemption")
+        let preemption = try await measurePreemption(container: container, path: path, server: server, rounds: handovers)
+
+        let results = [
+            BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_connect_p50_us", floor: percentile(rawConnect, 50)),
+            BenchResult(name: "drop_to_connected_p99_us", value: percentile(supervised, 99), unit: "us", floorName: "raw_connect_p99_us", floor: percentile(rawConnect, 99)),
+            BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_drop_to_reconnect_p50_us", floor: percentile(rawReconnect, 50)),
+            BenchResult(name: "drop_to_connected_p99_us", value: percentile(supervised, 99), unit: "us", floorName: "raw_drop_to_reconnect_p99_us", floor: percentile(rawReconnect, 99)),
+            BenchResult(name: "preemption_to_connected_p50_us", value: percentile(preemption, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_p99_us", value: percentile(preemption, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+        ]
+        return (results, [
+            "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process",
+            "permit": "preemption uses the command line's hand-over permit (flock + per-priority request signal), the stand-in for roles until they are merged",
+            "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+        ])
+    }
+
+    // MARK: Floors
+
+    private static func measureRawConnect(port: UInt16, rounds: Int) throws -> [Double] {
+        var samples: [Double] = []
+        for index in 0..<(rounds + rounds / 10) {
+            let start = monotonicNanoseconds()
+            let fd = try LoopbackConnection.connectSocket(port: port)
+            let end = monotonicNanoseconds()
+            close(fd)
+            if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+        }
+        return samples
+    }
+
+    /// A blocking client on its own thread: `recv` returns 0 after the drop, it connects again
+    /// at once and stamps the time.
+    private static func measureRawReconnect(server: LoopbackServer, rounds: Int) throws -> [Double] {
+        let port = server.port
+        try waitForAllClosed(server)
+        let stamps = Mutex<[UInt64]>([])
+        let connected = DispatchSemaphore(value: 0)
+        let stop = Mutex(false)
+        let thread = Thread {
+            var fd = (try? LoopbackConnection.connectSocket(port: port)) ?? -1
+            connected.signal()
+            var byte: UInt8 = 0
+            while fd >= 0 {
+                _ = recv(fd, &byte, 1, 0)
+                close(fd)
+                if stop.withLock({ $0 }) { return }
+                fd = (try? LoopbackConnection.connectSocket(port: port)) ?? -1
+                let now = monotonicNanoseconds()
+                stamps.withLock { $0.append(now) }
+                connected.signal()
+            }
+        }
+        thread.start()
+        connected.wait()
+        var samples: [Double] = []
+        for index in 0..<(rounds + rounds / 10) {
+            try waitForOpen(server)
+            let start = monotonicNanoseconds()
+            server.dropAll()
+            connected.wait()
+            let end = stamps.withLock { $0.last! }
+            if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+        }
+        try waitForOpen(server)
+        stop.withLock { $0 = true }
+        server.dropAll()
+        return samples
+    }
+
+    private static func waitForAllClosed(_ server: LoopbackServer) throws {
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        while !server.openConnections.isEmpty {
+            if monotonicNanoseconds() > deadline { throw BatonError(.timedOut, "the server still has open connections") }
+            usleep(100)
+        }
+    }
+
+    private static func waitForOpen(_ server: LoopbackServer, name: String? = nil) throws {
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        while !server.openConnections.contains(where: { name == nil || $0.name == name }) {
+            if monotonicNanoseconds() > deadline { throw BatonError(.timedOut, "the server saw no connection") }
+            usleep(20)
+        }
+    }
+
+    // MARK: Supervisor
+
+    private static func measureSupervisedReconnect(server: LoopbackServer, rounds: Int) async throws -> [Double] {
+        let port = server.port
+        try waitForAllClosed(server)
+        let supervisor = ConnectionSupervisor(
+            configuration: .init(backoff: ConnectionBackoff(stablePeriod: .zero), keepAliveInterval: nil)
+        ) { try LoopbackConnection.open(port: port) }
+        var states = supervisor.states().makeAsyncIterator()
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await supervisor.run() }
+            defer { group.cancelAll() }
+            while let state = await states.next(), !state.isConnected {}
+            var samples: [Double] = []
+            for index in 0..<(rounds + rounds / 10) {
+                try waitForOpen(server)
+                let start = monotonicNanoseconds()
+                server.dropAll()
+                while let state = await states.next(), !state.isConnected {}
+                let end = monotonicNanoseconds()
+                if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+            }
+            return samples
+        }
+    }
+
+    private static func measurePreemption(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws -> [Double] {
+        server.dropAll()
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["supervise", "\(server.port)"])
+        try worker.waitReady()
+        let port = server.port
+        var samples: [Double] = []
+        for index in 0..<(rounds + rounds / 10) {
+            try waitForOpen(server, name: "executor")
+            let supervisor = ConnectionSupervisor(
+                container: container,
+                permit: HandoverPermit(container: container, name: "bench", priority: 2),
+                configuration: .init(keepAliveInterval: nil)
+            ) { try LoopbackConnection.open(port: port, name: "app") }
+            var states = supervisor.states().makeAsyncIterator()
+            let start = monotonicNanoseconds()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await supervisor.run() }
+                while let state = await states.next(), !state.isConnected {}
+                let end = monotonicNanoseconds()
+                if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+                group.cancelAll()
+            }
+        }
+        let handovers = server.records.filter { $0.name == "app" || $0.name == "executor" }
+        guard LoopbackServer.neverOverlapped(handovers) else {
+            let sorted = handovers.sorted { $0.openedOrder < $1.openedOrder }
+            let overlaps = zip(sorted, sorted.dropFirst()).filter { ($0.0.closedOrder ?? .max) > $0.1.openedOrder }
+            throw BatonError(.corrupt, "two connections were open at once during a hand-over: \(overlaps.prefix(3))")
+        }
+        return samples
+    }
+
+    private static func measureRawHandover(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) throws -> [Double] {
+        server.dropAll()
+        let lockPath = path + "/.baton/bench-raw-handover.lock"
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["raw-holder", "\(server.port)", lockPath])
+        try worker.waitReady()
+        let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lockFD >= 0 else { throw BatonError(.systemCallFailed, "open \(lockPath) failed") }
+        defer { close(lockFD) }
+        var samples: [Double] = []
+        for index in 0..<(rounds + rounds / 10) {
+            let start = monotonicNanoseconds()
+            worker.send("yield")
+            _ = flock(lockFD, LOCK_EX)
+            let fd = try LoopbackConnection.connectSocket(port: server.port)
+            let end = monotonicNanoseconds()
+            if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+            close(fd)
+            _ = flock(lockFD, LOCK_UN)
+            guard worker.receiveLine() == "ready" else { throw BatonError(.invalidArgument, "raw holder stopped") }
+        }
+        return samples
+    }
+
+    // MARK: Workers
+
+    static func worker(arguments: [String], container path: String) async throws {
+        let container = try SharedContainer(path: path)
+        switch arguments.first {
+        case "supervise":
+            let port = UInt16(arguments[1])!
+            let supervisor = ConnectionSupervisor(
+                container: container,
+                permit: HandoverPermit(container: container, name: "bench", priority: 1),
+                configuration: .init(keepAliveInterval: nil)
+            ) { try LoopbackConnection.open(port: port, name: "executor") }
+            var states = supervisor.states().makeAsyncIterator()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await supervisor.run() }
+                while let state = await states.next(), !state.isConnected {}
+                emit("ready")
+                try await group.next()
+            }
+        case "raw-holder":
+            let port = UInt16(arguments[1])!
+            let lockFD = open(arguments[2], O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            while true {
+                _ = flock(lockFD, LOCK_EX)
+                let fd = try LoopbackConnection.connectSocket(port: port)
+                emit("ready")
+                guard readStandardInputLine() != nil else { return }
+                shutdown(fd, Int32(SHUT_RDWR))
+                close(fd)
+                _ = flock(lockFD, LOCK_UN)
+                usleep(100) // let the requester take the lock first
+            }
+        default:
+            throw BatonError(.invalidArgument, "unknown lifecycle worker \(arguments)")
+        }
+    }
+}

@@ -1,0 +1,471 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Baton
+@testable import BatonCLI
+
+/// A value shared between a test and its child tasks.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<R: Sendable>(_ body: (inout sending Value) -> sending R) -> R { mutex.withLock(body) }
+}
+
+/// Collects a supervisor's states in the background of a test.
+final class StateLog: Sendable {
+    private let entries = Mutex<[(state: ConnectionState, at: ContinuousClock.Instant)]>([])
+
+    func append(_ state: ConnectionState) { entries.withLock { $0.append((state, .now)) } }
+
+    var states: [ConnectionState] { entries.withLock { $0.map(\.state) } }
+    var timed: [(state: ConnectionState, at: ContinuousClock.Instant)] { entries.withLock { $0 } }
+    var count: Int { entries.withLock { $0.count } }
+
+    /// Waits (polling, a test helper) until `predicate` holds for the states.
+    func waitUntil(timeout: Double = 20, _ what: String, _ predicate: ([ConnectionState]) -> Bool) async throws {
+        let deadline = ContinuousClock.now.advanced(by: .milliseconds(Int64(timeout * 1000)))
+        while !predicate(states) {
+            if ContinuousClock.now >= deadline { throw TestFailure("timed out waiting for \(what); states: \(states)") }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}
+
+/// Runs `body` while `supervisor` runs and its states are logged; stops it afterwards.
+func withSupervisor<C: SupervisedConnection, R: Sendable>(
+    _ supervisor: ConnectionSupervisor<C>,
+    _ body: @Sendable (StateLog) async throws -> R
+) async throws -> R {
+    let log = StateLog()
+    let states = supervisor.states()
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { for await state in states { log.append(state) } }
+        group.addTask { try await supervisor.run() }
+        defer { group.cancelAll() }
+        return try await body(log)
+    }
+}
+
+extension ConnectionState {
+    var attempt: Int? {
+        switch self {
+        case .connecting(let attempt), .waiting(_, let attempt): return attempt
+        default: return nil
+        }
+    }
+    var isWaiting: Bool { if case .waiting = self { return true } else { return false } }
+}
+
+func ipCommandAvailable() -> Bool {
+    getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip")
+}
+
+@discardableResult
+func runIP(_ arguments: [String]) throws -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+    process.arguments = arguments
+    try process.run()
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+struct Outcome: Sendable {
+    var code: BatonError.Code?
+    var at: ContinuousClock.Instant
+}
+
+@Suite("Lifecycle", .serialized)
+struct LifecycleTests {
+    // MARK: Backoff
+
+    @Test func backoffCapsGrowAndJitterStaysBelowThem() {
+        let backoff = ConnectionBackoff(initialDelay: .milliseconds(100), maximumDelay: .seconds(1), multiplier: 2)
+        #expect(backoff.cap(forAttempt: 0) == .zero)
+        #expect(backoff.cap(forAttempt: 1) == .milliseconds(100))
+        #expect(backoff.cap(forAttempt: 2) == .milliseconds(200))
+        #expect(backoff.cap(forAttempt: 4) == .milliseconds(800))
+        #expect(backoff.cap(forAttempt: 5) == .seconds(1))
+        #expect(backoff.cap(forAttempt: 1_000) == .seconds(1))
+        var generator = SystemRandomNumberGenerator()
+        var sawSmall = false, sawLarge = false
+        for _ in 0..<2_000 {
+            let delay = backoff.delay(forAttempt: 3, using: &generator)
+            #expect(delay >= .zero && delay <= .milliseconds(400))
+            if delay < .milliseconds(100) { sawSmall = true }
+            if delay > .milliseconds(300) { sawLarge = true }
+        }
+        #expect(sawSmall && sawLarge, "full jitter spreads delays over the whole range")
+        let exact = ConnectionBackoff(initialDelay: .milliseconds(100), jitter: false)
+        #expect(exact.delay(forAttempt: 2) == .milliseconds(200))
+        // Nonsense input is clamped, not trusted.
+        let clamped = ConnectionBackoff(initialDelay: .seconds(-1), maximumDelay: .seconds(-5), multiplier: .nan)
+        #expect(clamped.cap(forAttempt: 3) == .zero)
+    }
+
+    // MARK: Supervisor against a real loopback server
+
+    @Test func reconnectsAtOnceAfterServerDrop() async throws {
+        let server = try LoopbackServer()
+        let port = server.port
+        let supervisor = ConnectionSupervisor(
+            configuration: .init(backoff: ConnectionBackoff(stablePeriod: .zero), keepAliveInterval: nil)
+        ) { try LoopbackConnection.open(port: port, name: "client") }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("the first connection") { $0.contains { $0.isConnected } }
+            try await server.waitUntil { $0.count == 1 && $0[0].isOpen }
+            let before = log.count
+            for round in 1...3 {
+                #expect(server.dropAll() == 1)
+                try await server.waitUntil { $0.count == round + 1 && $0[round].isOpen }
+                try await log.waitUntil("reconnection \(round)") { $0.dropFirst(before).filter(\.isConnected).count == round }
+            }
+            // Straight from the drop to a new attempt 0: no back-off wait in between.
+            let afterDrops = log.states.dropFirst(before)
+            #expect(!afterDrops.contains { $0.isWaiting })
+            #expect(afterDrops.filter { $0 == .connecting(attempt: 0) }.count == 3)
+            #expect(server.records.filter(\.isOpen).count == 1)
+            #expect(supervisor.connectionCount == 4)
+        }
+        #expect(supervisor.currentState == .stopped)
+        try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
+    }
+
+    @Test func backsOffUnderRepeatedFailureAndRecovers() async throws {
+        let server = try LoopbackServer()
+        let port = server.port
+        let backoff = ConnectionBackoff(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(160), stablePeriod: .seconds(60))
+        let supervisor = ConnectionSupervisor(configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
+            try LoopbackConnection.open(port: port)
+        }
+        try await withSupervisor(supervisor) { log in
+            try await server.waitUntil { $0.count == 1 }
+            server.refuse()
+            server.dropAll()
+            try await log.waitUntil("six delayed attempts") { $0.filter(\.isWaiting).count >= 6 }
+            #expect(server.records.count == 1, "nothing connects while the server refuses")
+            let waits = log.timed.compactMap { entry -> (attempt: Int, delay: Duration)? in
+                guard case .waiting(let until, let attempt) = entry.state else { return nil }
+                return (attempt, until - entry.at)
+            }
+            // Attempts count up (the drop's immediate retry was attempt 1 after the first
+            // connection's attempt 0), and every delay stays under its cap.
+            #expect(waits.map(\.attempt) == Array(waits[0].attempt..<(waits[0].attempt + waits.count)))
+            for wait in waits {
+                #expect(wait.delay <= backoff.cap(forAttempt: wait.attempt))
+            }
+            #expect(backoff.cap(forAttempt: waits.last!.attempt) == .milliseconds(160), "the cap is reached")
+            let error = try #require(supervisor.lastError as? BatonError)
+            #expect(error.message.contains("refused"))
+            try server.accept()
+            try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
+            try await log.waitUntil("reconnected") { $0.last?.isConnected == true }
+        }
+    }
+
+    @Test func retriesAtOnceWhenReachabilityReportsTheNetworkBack() async throws {
+        let server = try LoopbackServer()
+        let port = server.port
+        let reachability = ManualReachability(.reachable)
+        // Without the event the next attempt would come a minute later.
+        let backoff = ConnectionBackoff(initialDelay: .seconds(60), stablePeriod: .seconds(60), jitter: false)
+        let supervisor = ConnectionSupervisor(reachability: reachability, configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
+            try LoopbackConnection.open(port: port)
+        }
+        try await withSupervisor(supervisor) { log in
+            try await server.waitUntil { $0.count == 1 }
+            server.refuse()
+            reachability.report(.unreachable)
+            server.dropAll()
+            try await log.waitUntil("a one-minute back-off") { $0.contains { $0.isWaiting } }
+            reachability.report(.unreachable) // still down: no retry
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(log.states.last?.isWaiting == true)
+            try server.accept()
+            reachability.report(.reachable, interfaces: ["eth0"])
+            try await server.waitUntil(timeout: 20) { $0.count == 2 && $0[1].isOpen }
+            try await log.waitUntil("connected after the network came back") { $0.last?.isConnected == true }
+        }
+    }
+
+    @Test(.enabled(if: ipCommandAvailable(), "needs root and iproute2"))
+    func retriesAtOnceOnARealKernelNetworkChange() async throws {
+        let monitor = try NetlinkReachability()
+        try #require(monitor.currentPath.status == .reachable, "needs a usable interface besides loopback")
+        let server = try LoopbackServer()
+        let port = server.port
+        let backoff = ConnectionBackoff(initialDelay: .seconds(60), stablePeriod: .seconds(60), jitter: false)
+        let supervisor = ConnectionSupervisor(reachability: monitor, configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
+            try LoopbackConnection.open(port: port)
+        }
+        let address = "127.0.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))/32"
+        try await withSupervisor(supervisor) { log in
+            try await server.waitUntil { $0.count == 1 }
+            server.refuse()
+            server.dropAll()
+            try await log.waitUntil("a one-minute back-off") { $0.contains { $0.isWaiting } }
+            try server.accept()
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(log.states.last?.isWaiting == true, "no retry before the kernel event")
+            #expect(server.records.count == 1)
+            // A real kernel event: an address appears on lo.
+            #expect(try runIP(["addr", "add", address, "dev", "lo"]) == 0)
+            defer { _ = try? runIP(["addr", "del", address, "dev", "lo"]) }
+            try await server.waitUntil(timeout: 20) { $0.count == 2 && $0[1].isOpen }
+        }
+    }
+
+    @Test(.enabled(if: ipCommandAvailable(), "needs root and iproute2"))
+    func netlinkMonitorParsesRealKernelMessages() async throws {
+        let monitor = try NetlinkReachability()
+        let messages = monitor.messages()
+        let updates = monitor.updates()
+        let address = "127.0.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))"
+        let seen = try await withThrowingTaskGroup(of: [NetlinkMessage].self) { group in
+            group.addTask {
+                var collected: [NetlinkMessage] = []
+                for await message in messages {
+                    collected.append(message)
+                    if message.kind == .addressRemoved && message.address == address { break }
+                }
+                return collected
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(20))
+                throw TestFailure("no rtnetlink message for \(address) within 20 s")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(try runIP(["addr", "add", "\(address)/32", "dev", "lo"]) == 0)
+            #expect(try runIP(["addr", "del", "\(address)/32", "dev", "lo"]) == 0)
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+        let added = try #require(seen.first { $0.kind == .addressAdded && $0.address == address })
+        #expect(added.interfaceIndex == 1 && added.prefixLength == 32 && added.interfaceName == "lo")
+        #expect(seen.contains { $0.kind == .addressRemoved && $0.address == address })
+        var iterator = updates.makeAsyncIterator()
+        let first = await iterator.next()
+        #expect(first?.status == .reachable || first?.status == .unreachable)
+        #expect((monitor.currentPath.generation) >= 1, "the changes were published as new paths")
+
+        // Malformed input never crashes the parser.
+        let garbage: [UInt8] = [200, 0, 0, 0, 20, 0] + Array(repeating: 0xff, count: 40)
+        #expect(garbage.withUnsafeBytes { NetlinkMessage.parse($0) }.isEmpty)
+    }
+
+    @Test func keepAlivePingsReachTheServer() async throws {
+        let server = try LoopbackServer()
+        let port = server.port
+        let supervisor = ConnectionSupervisor(configuration: .init(keepAliveInterval: .milliseconds(20))) {
+            try LoopbackConnection.open(port: port)
+        }
+        try await withSupervisor(supervisor) { _ in
+            try await server.waitUntil { $0.first.map { $0.pings >= 3 } ?? false }
+        }
+    }
+
+    // MARK: Sensitive tasks
+
+    @Test func sensitiveTaskDefersAStopRequest() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let server = try LoopbackServer()
+        let port = server.port
+        let permit = LocalConnectionPermit()
+        let supervisor = ConnectionSupervisor(container: container, permit: permit, configuration: .init(keepAliveInterval: nil)) {
+            try LoopbackConnection.open(port: port)
+        }
+        let background = LocalBackgroundTasks()
+        let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
+        let (finish, finishContinuation) = AsyncStream<Void>.makeStream()
+        let revoked = Locked(false)
+        let connectionAtRevoke = Locked<LoopbackConnection?>(nil)
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connected") { $0.last?.isConnected == true }
+            let connection = try #require(supervisor.connection)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await sensitive.withSensitiveTask("payment") {
+                        try await sensitive.withSensitiveTask("nested") {
+                            for await _ in finish { break }
+                        }
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(50))
+                #expect(sensitive.running == ["nested", "payment"])
+                #expect(background.activeTasks == ["nested", "payment"])
+                group.addTask {
+                    try await permit.revoke()
+                    revoked.withLock { $0 = true }
+                    connectionAtRevoke.withLock { $0 = supervisor.connection }
+                    #expect(connection.isClosed, "the connection was closed before the permit was given back")
+                }
+                // The stop request waits for the sensitive task: the connection stays up.
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(revoked.withLock { $0 } == false)
+                #expect(server.records.count == 1 && server.records[0].isOpen)
+                #expect(log.states.last?.isConnected == true)
+                finishContinuation.yield()
+                try await group.waitForAll()
+            }
+            #expect(revoked.withLock { $0 })
+            #expect(connectionAtRevoke.withLock { $0 } == nil)
+            try await server.waitUntil { !$0[0].isOpen }
+            try await log.waitUntil("waiting for the permit") { $0.last == .waitingForPermit }
+            #expect(background.begunCount == 2 && background.endedCount == 2 && background.activeTasks.isEmpty)
+            permit.allow()
+            try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
+        }
+    }
+
+    @Test func expiryCancelsTheWorkAndReleasesEveryLock() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let lock = try FileLock(container, name: "work.lock")
+        let held = try #require(try lock.tryLock())
+        #expect(!ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        let background = LocalBackgroundTasks()
+        let sensitive = SensitiveTasks(container: container, provider: background)
+        let cancelled = Locked(false)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                let error = await #expect(throws: BatonError.self) {
+                    try await sensitive.withSensitiveTask("upload") {
+                        do { try await Task.sleep(for: .seconds(600)) } catch { cancelled.withLock { $0 = true }; throw error }
+                    }
+                }
+                #expect(error?.code == .expired)
+            }
+            while background.activeTasks.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
+            background.expire()
+            try await group.waitForAll()
+        }
+        #expect(cancelled.withLock { $0 }, "the work was cancelled")
+        #expect(container.suspension.isExpired)
+        #expect(!held.isHeld)
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "no lock survives the expiry")
+        #expect(background.begunCount == 1 && background.endedCount == 1)
+        // After expiry, new sensitive work is refused at once.
+        await #expect(throws: BatonError.self) { try await sensitive.withSensitiveTask("late") { 1 } }
+    }
+
+    @Test func taskBegunWhenTimeIsAlreadyGoneEndsCleanly() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let background = LocalBackgroundTasks()
+        background.expire() // backgrounded, no time left, before any task
+        let sensitive = SensitiveTasks(container: container, provider: background)
+        let error = await #expect(throws: BatonError.self) {
+            try await sensitive.withSensitiveTask("late") { try await Task.sleep(for: .seconds(600)) }
+        }
+        #expect(error?.code == .expired)
+        #expect(background.begunCount == 1 && background.endedCount == 1)
+        #expect(sensitive.running.isEmpty)
+        // A task that finishes normally ends its background task too.
+        let otherDirectory = try TemporaryContainer()
+        let other = try SharedContainer(path: otherDirectory.path)
+        let fresh = LocalBackgroundTasks()
+        let value = try await SensitiveTasks(container: other, provider: fresh).withSensitiveTask("quick") { 42 }
+        #expect(value == 42 && fresh.begunCount == 1 && fresh.endedCount == 1)
+    }
+
+    @Test func expiryPostedByAnotherProcessReachesTheSensitiveTask() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let background = try SignalledBackgroundTasks(container: container)
+        let sensitive = SensitiveTasks(container: container, provider: background)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await background.run() }
+            group.addTask {
+                while background.activeTasks.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
+                let result = try await runBaton(["lifecycle", "expire", "--pid", "\(getpid())"], container: directory.path)
+                #expect(result.status == 0)
+            }
+            let error = await #expect(throws: BatonError.self) {
+                try await sensitive.withSensitiveTask("message") { try await Task.sleep(for: .seconds(600)) }
+            }
+            #expect(error?.code == .expired)
+            group.cancelAll()
+        }
+        #expect(container.suspension.isExpired)
+    }
+
+    // MARK: Time budget
+
+    @Test func expiringBudgetEndsEveryWaitInTime() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let lock = try FileLock(container, name: "busy.lock")
+        let holder = try #require(try lock.tryLock())
+        let budget = TimeBudget(duration: .seconds(4), warningMargin: .seconds(3), expiryMargin: .seconds(2))
+        #expect(budget.warning < budget.expiry && budget.expiry < budget.end)
+        #expect(Deadline(budget) == budget.deadline)
+        let outcomes = Locked<[String: Outcome]>([:])
+        @Sendable func record(_ name: String, _ body: @Sendable () async throws -> Void) async {
+            do {
+                try await body()
+                outcomes.withLock { $0[name] = Outcome(code: nil, at: .now) }
+            } catch {
+                outcomes.withLock { $0[name] = Outcome(code: (error as? BatonError)?.code ?? BatonError.Code("other"), at: .now) }
+            }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await budget.enforce(on: container) }
+            group.addTask { await record("warning") { try await budget.willExpire() } }
+            group.addTask { await record("lock") { _ = try await lock.lock(deadline: budget.deadline) } }
+            group.addTask { await record("signal") { _ = try await container.signals.wait(for: "never.posted", deadline: budget.deadline) } }
+            group.addTask { await record("lockNoDeadline") { _ = try await lock.lock(deadline: .never) } }
+            try await group.waitForAll()
+        }
+        let results = outcomes.withLock { $0 }
+        let generous: Duration = .seconds(10)
+        #expect(results["warning"]?.code == nil)
+        #expect(try #require(results["warning"]).at < budget.end.advanced(by: generous))
+        // The signal wait ends at the budget's deadline; the lock wait at the deadline or, if
+        // the expiry came first, with `suspended` (never with the lock).
+        #expect(results["signal"]?.code == .timedOut)
+        #expect([.timedOut, .suspended].contains(results["lock"]?.code))
+        for name in ["lock", "signal"] {
+            let result = try #require(results[name])
+            #expect(result.at < budget.end.advanced(by: generous))
+            #expect(result.at >= budget.expiry, "\(name) did not end early")
+        }
+        // A wait that did not take the budget still ends, because the expiry suspends Baton.
+        let unbounded = try #require(results["lockNoDeadline"])
+        #expect(unbounded.code == .suspended)
+        #expect(unbounded.at < budget.end.advanced(by: generous))
+        #expect(container.suspension.isExpired)
+        #expect(!holder.isHeld)
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        #expect(throws: BatonError.self) { try budget.check("start an upload") }
+    }
+
+    // MARK: Two processes
+
+    @Test func handOverBetweenTwoProcessesNeverOverlaps() async throws {
+        let directory = try TemporaryContainer()
+        let server = try LoopbackServer()
+        let common = ["lifecycle", "supervise", "--port", "\(server.port)", "--handover", "core", "--keep-alive", "0.05"]
+        let executor = try ChildProcess(common + ["--priority", "1", "--name", "executor"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
+        // The app arrives: the executor closes its connection, then gives the permit up.
+        let app = try ChildProcess(common + ["--priority", "2", "--name", "app"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
+        try await Task.sleep(for: .milliseconds(300)) // the executor keeps asking; it must not get in
+        // The app crashes: the kernel frees the permit and the executor reconnects at once.
+        app.signal(SIGKILL)
+        _ = try await app.wait()
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
+        // And once more with a clean exit of a second app.
+        let app2 = try ChildProcess(common + ["--priority", "2", "--name", "app2"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
+        app2.signal(SIGTERM)
+        #expect(try await app2.wait() == 0)
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 3 && $0.last?.isOpen == true }
+        executor.signal(SIGTERM)
+        #expect(try await executor.wait() == 0)
+        let records = try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
+        #expect(records.map(\.name) == ["executor", "app", "executor", "app2", "executor"])
+        #expect(LoopbackServer.neverOverlapped(records), "two processes were connected at once: \(records)")
+    }
+}
