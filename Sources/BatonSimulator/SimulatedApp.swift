@@ -1,6 +1,11 @@
 import Baton
 import BatonDatabase
 import Synchronization
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -36,51 +41,56 @@ public struct SimulatedApp: Sendable {
         defer { presence.release() }
         let role = try container.role("core")
         let inbox = try await Inbox.open(container: container)
-        let source = LoopbackMessageSource(port: port, role: role, afterStore: { id in
-            await Self.show(id, inbox: inbox)
-        })
-        ChildChannel.emit(.ready)
-        // The core runs in a child task that is started and stopped as the app moves between
-        // states; it is always awaited before the app goes on.
-        var core: Task<Void, Never>?
-        func startCore() {
-            core = Task { await runCore(role: role, inbox: inbox, source: source) }
+        // The network core: a supervisor keeps one connection up while this process holds the
+        // `core` role (main priority), reconnects at once after a drop, and on suspension
+        // closes the connection before any lock of the container is released.
+        let permit = RoleConnectionPermit(role: role, priority: .main, kind: "app") { epoch, held in
+            ChildChannel.emit(held ? .roleAcquired : .roleReleased, epoch: epoch, detail: "main")
         }
-        func stopCore() async {
-            core?.cancel()
-            await core?.value
-            core = nil
-        }
-        for await command in ChildChannel.commands() {
-            switch command.command {
-            case .foreground:
-                if core == nil && !container.suspension.isSuspended { startCore() }
-                await showUnshown(inbox)
-            case .background:
-                break // keeps running (and connected) until the system suspends it
-            case .willSuspend:
-                if keepsLocksWhenSuspended {
-                    ChildChannel.emit(.releasedLocks, detail: "ignored: this app keeps its locks")
-                    continue
+        let supervisor = ConnectionSupervisor(
+            container: container,
+            permit: permit,
+            configuration: .init(backoff: ConnectionBackoff(initialDelay: .milliseconds(50), maximumDelay: .seconds(1)), keepAliveInterval: .seconds(5), connectTimeout: .seconds(5))
+        ) { [port] in
+            let epoch = (try? role.status().epoch) ?? 0
+            return try LoopbackConnection(port: port, epoch: epoch) { message in
+                if try await inbox.store(IncomingMessage(id: message.id, payload: Data(message.payload.utf8))) {
+                    ChildChannel.emit(.stored, message: message.id, detail: "app")
                 }
-                await stopCore()
-                await container.suspend()
-                ChildChannel.emit(.releasedLocks)
-            case .resume:
-                do {
-                    try await container.resume()
-                } catch {
-                    ChildChannel.emit(.error, detail: "resume: \(error)")
-                }
-                if core == nil { startCore() }
-            case .exit:
-                await stopCore()
-                return
-            case .push, .allocate:
-                break
+                await Self.show(message.id, inbox: inbox)
             }
         }
-        await stopCore()
+        ChildChannel.emit(.ready)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await supervisor.run() }
+            commands: for await command in ChildChannel.commands() {
+                switch command.command {
+                case .foreground:
+                    if !container.suspension.isSuspended { await showUnshown(inbox) }
+                case .background:
+                    break // keeps running (and connected) until the system suspends it
+                case .willSuspend:
+                    if keepsLocksWhenSuspended {
+                        ChildChannel.emit(.releasedLocks, detail: "ignored: this app keeps its locks")
+                        continue
+                    }
+                    // Closes the connection, releases the role, closes the database, drops presence.
+                    await container.suspend()
+                    ChildChannel.emit(.releasedLocks)
+                case .resume:
+                    do {
+                        try await container.resume()
+                    } catch {
+                        ChildChannel.emit(.error, detail: "resume: \(error)")
+                    }
+                case .exit:
+                    break commands
+                case .push, .allocate:
+                    break
+                }
+            }
+            group.cancelAll()
+        }
     }
 
     private static func show(_ id: String, inbox: Inbox) async {
@@ -100,35 +110,6 @@ public struct SimulatedApp: Sendable {
             }
         } catch {
             ChildChannel.emit(.error, detail: "listing stored messages: \(error)")
-        }
-    }
-
-    /// Holds the role and keeps one connection up until cancelled; reconnects after a drop.
-    private func runCore(role: Role, inbox: Inbox, source: LoopbackMessageSource) async {
-        var delay = Duration.milliseconds(20)
-        while !Task.isCancelled {
-            let lease: RoleLease
-            do {
-                lease = try await role.acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
-            } catch {
-                if !Task.isCancelled { ChildChannel.emit(.error, detail: "acquiring the core role: \(error)") }
-                try? await Task.sleep(for: delay)
-                continue
-            }
-            ChildChannel.emit(.roleAcquired, epoch: lease.epoch, detail: "main")
-            while !Task.isCancelled && lease.isValid {
-                do {
-                    try await inbox.run(source)
-                    delay = .milliseconds(20)
-                } catch {
-                    if Task.isCancelled { break }
-                    try? await Task.sleep(for: delay)
-                    delay = min(delay * 2, .milliseconds(500))
-                }
-            }
-            // The connection is closed (the source returned) before the role is released.
-            await lease.release()
-            ChildChannel.emit(.roleReleased, epoch: lease.epoch, detail: "main")
         }
     }
 }
