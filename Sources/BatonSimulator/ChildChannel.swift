@@ -20,7 +20,7 @@ public enum ChildChannel {
         let event = SimulatorEvent(kind: kind, message: message, epoch: epoch, detail: detail)
         guard let data = try? JSONEncoder().encode(event) else { return }
         output.withLock { _ in
-            LineReader.writeAll(1, String(decoding: data, as: UTF8.self) + "\n")
+            _ = LineReader.writeAll(1, String(decoding: data, as: UTF8.self) + "\n")
         }
     }
 

@@ -112,13 +112,14 @@ public struct Demo: Sendable {
                 }
             }
             group.addTask {
-                var next = 1.0
+                let interval = options.seconds >= 20 ? 5.0 : 2.0
+                var next = interval
                 while !Task.isCancelled {
                     await at(next)
                     let counts = server.counts
                     let shown = Set(timeline.events.filter { $0.kind == .shown }.compactMap(\.message)).count
                     options.progress?("t=\(Int(next))s app \(simulator.appPhase.rawValue), sent \(counts.sent), shown \(shown), pending at server \(counts.pending), faults \(simulator.faultsInjected)")
-                    next += 1
+                    next += interval
                 }
             }
             // The app's life.

@@ -90,6 +90,7 @@ public struct SimulatedApp: Sendable {
                 }
             }
             group.cancelAll()
+            try await group.waitForAll()
         }
     }
 

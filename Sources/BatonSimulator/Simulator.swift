@@ -244,7 +244,7 @@ public final class Simulator: Sendable {
     /// - Throws: `simulationFailed` when the process cannot start or does not report ready.
     public func foregroundApp() async throws {
         let (existing, phase) = state.withLock { ($0.app, $0.phase) }
-        if let existing, phase == .suspended {
+        if existing != nil, phase == .suspended {
             resumeApp()
         }
         if let existing {
