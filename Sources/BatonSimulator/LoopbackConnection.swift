@@ -49,8 +49,12 @@ public final class LoopbackConnection: SupervisedConnection {
     }
 
     /// Runs an async operation from the reader thread and waits for it; true when it succeeded.
+    /// The one unstructured task of the module: a `SupervisedConnection` has no `run()` for the
+    /// supervisor to drive, so the connection's own reader thread (a plain thread, never a
+    /// thread of the concurrency pool) bridges each store into async code and blocks until it
+    /// is durable, which keeps every acknowledgement after its store.
     private static func blocking(_ operation: @escaping @Sendable () async throws -> Void) -> Bool {
-        let done = DispatchSemaphoreLike()
+        let done = ThreadSemaphore()
         let result = Mutex(false)
         Task {
             do {
@@ -100,7 +104,7 @@ public final class LoopbackConnection: SupervisedConnection {
 }
 
 /// A counting semaphore for a plain thread that waits on async work (pthread condition).
-final class DispatchSemaphoreLike: @unchecked Sendable {
+final class ThreadSemaphore: @unchecked Sendable {
     // @unchecked: `mutex` guards `count`; the condition is used only with it.
     private var mutex = pthread_mutex_t()
     private var condition = pthread_cond_t()
