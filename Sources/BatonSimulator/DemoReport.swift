@@ -23,6 +23,9 @@ public struct DemoReport: Sendable {
     public var appLaunches = 0
     public var extensionLaunches = 0
     public var pushes = 0
+    /// The most extension instances that ran at once in one process (iOS runs several as
+    /// threads of one process).
+    public var maximumConcurrentInstances = 0
     public var connections = 0
     public var suspensions = 0
     public var durationSeconds = 0.0
@@ -51,6 +54,7 @@ public struct DemoReport: Sendable {
         var shownCount: [String: Int] = [:]
         var firstShown: [String: UInt64] = [:]
         var lastHolder: Int32?
+        var activeInstances: [Int32: Int] = [:]
         for event in events {
             switch event.kind {
             case .sent:
@@ -65,6 +69,13 @@ public struct DemoReport: Sendable {
             case .roleAcquired:
                 if let lastHolder, lastHolder != event.pid { handovers += 1 }
                 lastHolder = event.pid
+            case .instanceStarted:
+                activeInstances[event.pid, default: 0] += 1
+                maximumConcurrentInstances = max(maximumConcurrentInstances, activeInstances[event.pid] ?? 0)
+            case .instanceFinished:
+                activeInstances[event.pid, default: 1] -= 1
+            case .killed, .exited:
+                activeInstances[event.pid] = nil
             case .connectionOpened:
                 connections += 1
             case .suspended:

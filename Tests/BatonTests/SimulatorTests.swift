@@ -119,6 +119,17 @@ struct SimulatorTests {
         }
     }
 
+    @Test func anExtensionPastTheTimeLimitIsKilled() async throws {
+        try await Self.withSimulator(configure: { $0.extensionTimeLimit = .seconds(1) }) { simulator, _ in
+            // A push for a message the server never sends: the instance waits for it, past the limit.
+            let limit = simulator.expect { $0.kind == .limit }
+            simulator.push("never-sent")
+            let event = try #require(await simulator.wait(for: limit, timeout: .seconds(20)))
+            #expect(event.detail?.contains("longer than") == true)
+            #expect(simulator.limitKills["time"] == 1)
+        }
+    }
+
     @Test func anExtensionPastTheMemoryLimitIsKilled() async throws {
         try await Self.withSimulator(configure: {
             $0.extensionMemoryLimit = 24 << 20
