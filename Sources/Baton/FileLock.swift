@@ -136,7 +136,8 @@ public struct FileLock: Sendable {
     }
 }
 
-/// A held ``FileLock``. Released by ``release()``, by deinit, or by the container's suspension.
+/// A held ``FileLock``. Released by ``release()``, by deinit, or by the container's suspension
+/// (`LOCK_UN`, then close: see `Sys.unlockAndClose`).
 public final class HeldFileLock: Sendable {
     private let state: Mutex<(fd: Int32, token: SuspensionController.RegistrationToken?)>
     /// The lock this holds.
@@ -165,7 +166,7 @@ public final class HeldFileLock: Sendable {
             return state
         }
         if let token { lock.container.suspension.unregister(token) }
-        if fd >= 0 { Sys.close(fd) }
+        if fd >= 0 { Sys.unlockAndClose(fd) }
     }
 
     deinit { release() }

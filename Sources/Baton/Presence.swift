@@ -225,7 +225,7 @@ public final class PresenceRegistration: SuspensionParticipant {
         if let token { presence.container.suspension.unregister(token) }
         if fd >= 0 {
             _ = Sys.unlinkat(presence.container.directory, Presence.directoryName + "/" + record.id + ".lock")
-            Sys.close(fd)
+            Sys.unlockAndClose(fd)
         }
     }
 
@@ -237,7 +237,7 @@ public final class PresenceRegistration: SuspensionParticipant {
             defer { state.fd = -1 }
             return state.fd
         }
-        if fd >= 0 { Sys.close(fd) }
+        if fd >= 0 { Sys.unlockAndClose(fd) }
     }
 
     /// Takes the presence lock back.

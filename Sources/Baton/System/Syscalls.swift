@@ -37,6 +37,15 @@ enum Sys {
         }
     }
 
+    /// Releases a lock held on `fd` and closes it. `LOCK_UN` removes the lock from the open file
+    /// description itself, so the lock is gone even while a child forked by `posix_spawn` (in
+    /// this or any library) still shares the descriptor until it execs; a plain `close` would
+    /// leave the lock held until then.
+    static func unlockAndClose(_ fd: Int32) {
+        _ = libc_flock(fd, LOCK_UN)
+        close(fd)
+    }
+
     static func flock(_ fd: Int32, _ operation: Int32) -> Result<Void, SystemCallError> {
         retrying("flock") { libc_flock(fd, operation) }.map { _ in () }
     }

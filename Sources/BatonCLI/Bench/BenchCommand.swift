@@ -55,6 +55,7 @@ let benchSuites: [any BenchSuite.Type] = [
     RolesBench.self,
     InboxBench.self,
     LifecycleBench.self,
+    DatabaseBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
