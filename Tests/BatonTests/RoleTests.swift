@@ -7,7 +7,7 @@ import Glibc
 
 /// Roles with real processes: `baton role acquire` children, the test process itself as a
 /// holder, SIGKILL and SIGSTOP.
-@Suite("Roles", .serialized)
+@Suite("Roles", .serialized, .timeLimit(.minutes(1)))
 struct RoleTests {
     // MARK: Helpers
 
@@ -85,6 +85,25 @@ struct RoleTests {
         #expect(try await main.wait() == 0)
     }
 
+    @Test func aKilledWaiterNoLongerBlocksLowerPriorities() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let holder = try ChildProcess(["role", "acquire", "--priority", "200", "--hold", "600"], container: dir.path)
+        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--timeout", "600"], container: dir.path)
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == main.pid } }
+        let executor = Task { try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(30))) }
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == getpid() } }
+        main.signal(SIGKILL)
+        _ = try await Self.waitForStatus(role) { status in !status.waiters.contains { $0.pid == main.pid } }
+        holder.signal(SIGTERM)
+        holder.signal(SIGKILL)
+        let lease = try await executor.value
+        #expect(lease.priority == .executor)
+        try lease.validate()
+        await lease.release()
+    }
+
     @Test func aCriticalSectionDefersMain() async throws {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()
@@ -150,6 +169,7 @@ struct RoleTests {
         #expect(error.message.contains("current epoch is \(epoch)"))
         #expect(!lease.isValid)
         await #expect(throws: BatonError.self) { try await lease.withCriticalSection {} }
+        #expect(try role.status().holder?.stopRequest == nil, "the overtaker's request is settled")
         await lease.release()
         #expect(try role.status().holder?.pid == main.pid, "a stale release does not free the new holder's role")
     }
@@ -194,6 +214,22 @@ struct RoleTests {
         #expect(busy.status == 0)
     }
 
+    @Test func noCriticalSectionStartsAfterAStopRequest() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let lease = try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(10)))
+        var requests = lease.stopRequests.makeAsyncIterator()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0", "--timeout", "60"], container: dir.path)
+        let request = try #require(await requests.next())
+        #expect(request.priority == .main)
+        #expect(request.pid == main.pid)
+        let error = try await #require(throws: BatonError.self) { try await lease.withCriticalSection {} }
+        #expect(error.code == .stopRequested)
+        await lease.release()
+        #expect(await requests.next() == nil, "the sequence ends with the lease")
+        #expect(try await main.wait() == 0)
+    }
+
     @Test func resumeKeepsTheLeaseOrReportsItLost() async throws {
         let dir = try TemporaryContainer()
         let container = try SharedContainer(path: dir.path)
@@ -232,6 +268,24 @@ struct RoleTests {
         try await container.resume()
         let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(1)))
         await lease.release()
+    }
+
+    @Test func cancellingAWaitLeavesNoWaiterBehind() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let waiting = Task { try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(60))) }
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == getpid() } }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiting.value }
+        #expect(try role.status().waiters.isEmpty)
+        // The process's turn was given back: it can wait again.
+        let busy = try await #require(throws: BatonError.self) {
+            try await role.acquire(priority: .executor, deadline: .after(.milliseconds(100)))
+        }
+        #expect(busy.code == .busy)
+        #expect(busy.message.contains("pid \(main.pid)"))
     }
 
     // MARK: Records and status

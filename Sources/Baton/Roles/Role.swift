@@ -115,8 +115,8 @@ public final class Role: SuspensionParticipant {
 
     private static func validateKind(_ kind: String) throws {
         let count = kind.utf8.count
-        guard count >= 1, count <= RoleRecord.maximumKindBytes, !kind.utf8.contains(0) else {
-            throw BatonError(.invalidArgument, "a role holder's kind must be 1 to \(RoleRecord.maximumKindBytes) bytes of UTF-8 without NUL; this one is \(count) bytes")
+        guard count >= 1, count <= RoleRecord.maximumKindBytes, !kind.utf8.contains(0), !kind.utf8.contains(10) else {
+            throw BatonError(.invalidArgument, "a role holder's kind must be 1 to \(RoleRecord.maximumKindBytes) bytes of UTF-8 without NUL or newline; this one is \(count) bytes")
         }
     }
 

@@ -13,16 +13,17 @@ import Synchronization
 /// priority waits or holds, or this process asked a lower-priority holder to stop and its grace
 /// period (or the bound on its critical section) has not run out. A process that must wait locks
 /// its waiter file, so lower priorities see it. Between passes it sleeps until the role's signal
-/// rings (releases, stop requests, critical sections, waiters leaving), a lock file in the
-/// role's directory is closed (a holder or waiter died: the kernel's word, no heartbeat), this
-/// process suspends, the grace period ends, or the deadline passes.
+/// rings (releases, stop requests, critical sections, waiters leaving, this process suspending),
+/// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
+/// heartbeat), the grace period ends, or the deadline passes. The waits are one task group of
+/// three children (signal, close events, timer): each child waits without a timer of its own.
 extension RoleCore {
     private enum Decision {
-        case granted(epoch: UInt64)
+        case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
-    private enum Wake: Sendable { case signal, files, process, timeout }
+    private enum Wake: Sendable { case signal(SignalDelivery), files, timeout }
 
     /// Acquires the role for this process (the caller holds the process's turn).
     /// - Returns: The epoch granted; this process's holder file is locked.
@@ -33,7 +34,7 @@ extension RoleCore {
         deadline: Deadline
     ) async throws -> UInt64 {
         try container.suspension.checkActive("acquire role \(name)")
-        let signals = try container.signals
+        _ = try container.signals
         var postedStop = false
         var granted = false
         defer {
@@ -47,14 +48,24 @@ extension RoleCore {
                     if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
                 }
             }
-            if waited && !granted { try? signals.post(signalName) }
+            if waited && !granted { ring() }
         }
-        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100), .microseconds(500), .milliseconds(2), .milliseconds(8)]
+        // After a close event while the holder still looks alive: the kernel reports a dying
+        // process's closes one by one (the arbiter's, the record's...) and drops its holder lock
+        // just after that file's own close, so look again shortly, then keep waiting for the
+        // next close with a short backstop.
+        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
         var retryIndex = quickRetries.count
-        var sources: WaitSources?
-        var seen: (files: UInt64, process: UInt64) = (0, 0)
+        var shortWaits = 0
+        var sources = existingWaitSources
+        if let sources {
+            // Drop a delivery left over from before this call (often this process's own last
+            // release): the first pass below reads the record anyway.
+            _ = try? await sources.observation.next(deadline: .after(.zero))
+        }
+        var filesSeen: UInt64 = 0
         while true {
-            if let sources { seen = (sources.files.events.snapshot(), turnChanges.snapshot()) }
+            if let sources { filesSeen = sources.files.events.snapshot() }
             try container.suspension.checkActive("acquire role \(name)")
             try Task.checkCancellation()
             let decision: Decision
@@ -66,12 +77,14 @@ extension RoleCore {
                 throw error
             }
             switch decision {
-            case .granted(let epoch):
+            case .granted(let epoch, let previous):
                 granted = true
-                try? signals.post(signalName)
+                ring()
+                // Outside the arbiter lock: unlinking waits for the file system's journal.
+                if let previous { directory.removeIfDead(previous) }
                 return epoch
             case .wait(let until, let blocker, let entitled, let byHolder):
-                if postedStop { try? signals.post(signalName) }
+                if postedStop { ring() }
                 if deadline.hasPassed {
                     if entitled {
                         throw BatonError(.timedOut, "timed out acquiring role \(name): \(blocker) was asked to stop but did not release before the deadline; wait longer or lower the grace period")
@@ -89,15 +102,24 @@ extension RoleCore {
                     retryIndex += 1
                     continue
                 }
-                var slice = deadline.earliest(.after(options.backstopInterval))
+                var slice = deadline.earliest(.after(shortWaits > 0 ? .milliseconds(1) : options.backstopInterval))
+                shortWaits = max(shortWaits - 1, 0)
                 if let until {
                     let now = baton_monotonic_ns()
                     slice = slice.earliest(.after(.nanoseconds(Int64(until > now ? until - now : 0))))
                 }
-                let wake = try await Self.waitAny(
-                    observation: current.observation, files: current.files, filesSeen: seen.files,
-                    process: turnChanges, processSeen: seen.process, deadline: slice)
-                retryIndex = wake == .files ? 0 : quickRetries.count
+                var wake: Wake
+                repeat {
+                    wake = try await Self.waitAny(
+                        observation: current.observation, files: current.files, filesSeen: filesSeen, deadline: slice)
+                    // This process's own ring (its stop request) changes nothing it waits for.
+                } while isOwnRing(wake)
+                if case .files = wake {
+                    retryIndex = 0
+                    shortWaits = 8
+                } else {
+                    retryIndex = quickRetries.count
+                }
             }
         }
     }
@@ -162,7 +184,6 @@ extension RoleCore {
         guard try holderLock.lock() else {
             throw BatonError(.corrupt, "this process's holder file of role \(name) is locked by another process; remove \(container.absolutePath(holderLock.relativePath))")
         }
-        if let holder, holder.lockID != holderLock.id { directory.removeIfDead(holder) }
         let epoch = transaction.nextEpoch()
         transaction.record.holder = RoleRecord.HolderEntry(
             epoch: epoch,
@@ -174,29 +195,27 @@ extension RoleCore {
             criticalSinceMonotonic: 0,
             lockID: holderLock.id)
         transaction.record.stop = nil
-        return .granted(epoch: epoch)
+        return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
+    }
+
+    private func isOwnRing(_ wake: Wake) -> Bool {
+        if case .signal(let delivery) = wake { return isOwnRing(delivery) }
+        return false
     }
 
     private static func waitAny(
         observation: SignalObservation,
         files: FileEvents.Subscription,
         filesSeen: UInt64,
-        process: EventCounter,
-        processSeen: UInt64,
         deadline: Deadline
     ) async throws -> Wake {
+        // Each source waits without a deadline of its own (a deadline costs every wait a task
+        // group and a timer); one timer child covers the deadline for all of them.
         try await withThrowingTaskGroup(of: Wake.self) { group in
-            group.addTask {
-                do { _ = try await observation.next(deadline: deadline); return .signal }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await files.events.wait(after: filesSeen, deadline: deadline); return .files }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await process.wait(after: processSeen, deadline: deadline); return .process }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
+            group.addTask { .signal(try await observation.next(deadline: .never)) }
+            group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
+            if let instant = deadline.instant {
+                group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
             }
             defer { group.cancelAll() }
             return try await group.next() ?? .timeout

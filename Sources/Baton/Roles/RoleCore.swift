@@ -51,6 +51,8 @@ final class RoleCore: Sendable {
     }
 
     let state = Mutex(State())
+    /// The state this process last posted with the role's signal (pid in the high half).
+    private let lastRing = Mutex<UInt64>(0)
     private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
@@ -62,11 +64,31 @@ final class RoleCore: Sendable {
         self.directory = directory
         self.holderLock = RoleLockFile(directory: directory, prefix: "holder")
         self.waiterLock = RoleLockFile(directory: directory, prefix: "waiter")
+        try holderLock.prepare()
+        try waiterLock.prepare()
     }
 
     deinit {
         if let token = state.withLock({ $0.token }) { container.suspension.unregister(token) }
         // The lock files close themselves.
+    }
+
+    // MARK: Signal
+
+    /// Rings the role's signal: every change of the record or of a lock file does. The
+    /// signal's state tells who rang (this pid and a counter), so a waiter can ignore its own
+    /// ring when nobody rang after it.
+    func ring() {
+        let value = lastRing.withLock { last -> UInt64 in
+            last = UInt64(UInt32(bitPattern: getpid())) << 32 | ((last &+ 1) & 0xFFFF_FFFF)
+            return last
+        }
+        try? container.signals.post(signalName, state: value)
+    }
+
+    /// Whether a delivery carries this process's last ring and nothing rang since.
+    func isOwnRing(_ delivery: SignalDelivery) -> Bool {
+        lastRing.withLock { $0 != 0 && $0 == delivery.state }
     }
 
     // MARK: Registry
@@ -181,7 +203,7 @@ final class RoleCore: Sendable {
         guard wasCurrent else { return }
         holderLock.unlock()
         turnChanges.notify()
-        try? container.signals.post(signalName)
+        ring()
     }
 
     /// One lease of `epoch` leaves; the last one releases the role across processes.
@@ -211,7 +233,7 @@ final class RoleCore: Sendable {
         holderLock.unlock()
         state.withLock { $0.turnTaken = false }
         turnChanges.notify()
-        try? container.signals.post(signalName)
+        ring()
     }
 
     // MARK: Critical sections
@@ -250,7 +272,7 @@ final class RoleCore: Sendable {
             }
             throw error
         }
-        try? container.signals.post(signalName)
+        ring()
     }
 
     /// Leaves a critical section.
@@ -273,7 +295,7 @@ final class RoleCore: Sendable {
                 transaction.record.stop?.requestedWallNanoseconds = RoleDirectory.wallNanoseconds()
             }
         }
-        try? container.signals.post(signalName)
+        ring()
     }
 
     // MARK: Fencing
@@ -307,10 +329,7 @@ final class RoleCore: Sendable {
     // MARK: Suspension
 
     func suspend() {
-        let hadGrant = state.withLock { state -> Bool in
-            state.suspended = true
-            return state.grant != nil
-        }
+        state.withLock { $0.suspended = true }
         // Closing (not only unlocking) also wakes waiters through the close event. Transitions
         // check `suspended` and cannot run meanwhile, so nothing is locked again after this.
         directory.excludingTransitions {
@@ -318,7 +337,9 @@ final class RoleCore: Sendable {
             waiterLock.close()
         }
         turnChanges.notify()
-        if hadGrant { try? container.signals.post(signalName) }
+        // Wakes this process's own waiting acquisition (which then fails with `suspended`) and
+        // the waiters of other processes (the holder file was closed too).
+        ring()
     }
 
     func resume() throws {
@@ -355,6 +376,9 @@ final class RoleCore: Sendable {
         let observation: SignalObservation
         let files: FileEvents.Subscription
     }
+
+    /// The wait sources if an earlier acquisition created them (they have listened since).
+    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
 
     func waitSources() throws -> WaitSources {
         try waitSourcesCache.withLock { cache in

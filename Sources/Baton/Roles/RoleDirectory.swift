@@ -27,13 +27,17 @@ final class RoleDirectory: Sendable {
     /// `roles/<name>`, relative to `.baton`.
     let path: String
 
-    private struct Descriptors {
+    private struct Descriptors: @unchecked Sendable {
+        // @unchecked: the mapping is only touched while holding the `descriptors` mutex (and,
+        // across processes, the arbiter lock).
         var arbiter: Int32
-        var record: Int32
+        /// The record, mapped: writing through the mapping neither allocates nor updates the
+        /// file's times on every change, so no transition waits for the file system's journal.
+        var record: MappedFile
     }
 
-    // The arbiter and record descriptors; holding this mutex is the in-process half of the
-    // arbiter lock.
+    // The arbiter descriptor and the record's mapping; holding this mutex is the in-process
+    // half of the arbiter lock.
     private let descriptors: Mutex<Descriptors>
 
     init(container: SharedContainer, name: String) throws {
@@ -41,9 +45,9 @@ final class RoleDirectory: Sendable {
         let path = "roles/" + name
         try container.makeDirectory(path)
         let arbiter = try container.openFile(path + "/arbiter.lock", flags: O_RDWR | O_CREAT)
-        let record: Int32
+        let record: MappedFile
         do {
-            record = try container.openFile(path + "/record", flags: O_RDWR | O_CREAT)
+            record = try MappedFile(container, relativePath: path + "/record", minimumSize: RoleRecord.fileSize)
         } catch {
             Sys.close(arbiter)
             throw error
@@ -57,7 +61,6 @@ final class RoleDirectory: Sendable {
     deinit {
         descriptors.withLock { descriptors in
             Sys.close(descriptors.arbiter)
-            Sys.close(descriptors.record)
         }
     }
 
@@ -84,11 +87,11 @@ final class RoleDirectory: Sendable {
                 transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
                 let bytes = transaction.record.encode()
                 let offset = Int(transaction.record.sequence % 2) * RoleRecord.slotSize
-                try bytes.withUnsafeBytes {
-                    try Sys.pwriteAll(descriptors.record, $0, at: offset).get("writing the record of role \(name)")
+                bytes.withUnsafeBytes {
+                    descriptors.record.pointer.advanced(by: offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
                 }
                 if transaction.durable {
-                    try Sys.fdatasync(descriptors.record).get("syncing the record of role \(name)")
+                    try descriptors.record.sync()
                 }
             }
             return result
@@ -104,13 +107,11 @@ final class RoleDirectory: Sendable {
         }
     }
 
-    private func readRecord(_ fd: Int32) throws -> RoleRecord {
-        var bytes = [UInt8](repeating: 0, count: RoleRecord.fileSize)
-        let count = try bytes.withUnsafeMutableBytes {
-            try Sys.preadAll(fd, $0, at: 0).get("reading the record of role \(name)")
-        }
+    private func readRecord(_ record: MappedFile) throws -> RoleRecord {
+        let count = min(record.size, RoleRecord.fileSize)
+        let bytes = [UInt8](UnsafeRawBufferPointer(start: record.pointer, count: count))
         do {
-            return try RoleRecord.newest(in: Array(bytes[0..<count])) ?? RoleRecord()
+            return try RoleRecord.newest(in: bytes) ?? RoleRecord()
         } catch {
             return recoverCorruptRecord()
         }
@@ -202,7 +203,8 @@ final class RoleDirectory: Sendable {
             }
             var buffer = [UInt8](repeating: 0, count: 512)
             let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relative)") }
-            let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+            let text = String(decoding: buffer[0..<count], as: UTF8.self).prefix { $0 != "\n" }
+            let fields = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
             guard fields.count == 4, let priority = Int(fields[0]), let since = Int64(fields[2]) else { continue }
             result.append(WaiterEntry(id: id, priority: RolePriority(priority), pid: pid, sinceWallNanoseconds: since, kind: String(fields[3])))
         }

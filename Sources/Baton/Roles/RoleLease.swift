@@ -167,10 +167,10 @@ public struct StopRequests: AsyncSequence, Sendable {
                 case .nothing:
                     break
                 }
+                // Every change that matters rings the signal (stop requests, releases, grants,
+                // this process's suspension); no timer needed.
                 do {
-                    _ = try await observation.next(deadline: .after(.seconds(1)))
-                } catch let error as BatonError where error.code == .timedOut {
-                    continue
+                    _ = try await observation.next(deadline: .never)
                 } catch {
                     return nil
                 }

@@ -14,7 +14,19 @@ final class RoleLockFile: Sendable {
     let directory: RoleDirectory
     let prefix: String
     let id: UInt64
-    private let state = Mutex<(fd: Int32, locked: Bool)>((-1, false))
+
+    private struct State: @unchecked Sendable {
+        // @unchecked: the mapping is only used under the `state` mutex.
+        /// The file, mapped so that writing its content is a copy: a `pwrite` would update the
+        /// file's times and wait for the file system's journal inside a transition.
+        var file: MappedFile?
+        var locked = false
+        var fd: Int32 { file?.fd ?? -1 }
+    }
+
+    private let state = Mutex(State())
+    /// The size of a file's content, padded with newlines.
+    static let contentSize = 256
 
     init(directory: RoleDirectory, prefix: String) {
         self.directory = directory
@@ -22,7 +34,11 @@ final class RoleLockFile: Sendable {
         self.id = UInt64.random(in: 1...UInt64.max)
     }
 
-    deinit { close() }
+    /// Closes and removes the file: its id is unique to this object, so no one else uses it.
+    deinit {
+        close()
+        directory.removeFile(relativePath)
+    }
 
     var relativePath: String { Self.relativePath(directory: directory, prefix: prefix, pid: getpid(), id: id) }
 
@@ -40,22 +56,31 @@ final class RoleLockFile: Sendable {
 
     var isLocked: Bool { state.withLock { $0.locked } }
 
+    /// Creates and maps the file now (unlocked), so that taking the role later costs only a
+    /// `flock`: creating a file waits for the file system's journal.
+    func prepare() throws {
+        try state.withLock { state in
+            if state.file == nil {
+                state.file = try MappedFile(directory.container, relativePath: relativePath, minimumSize: Self.contentSize)
+            }
+        }
+    }
+
     /// Locks the file exclusively (creating it when missing), after writing `content` into it.
     /// Call inside a transition of the role. Returns `false` if another process holds it.
     func lock(content: String? = nil) throws -> Bool {
         try state.withLock { state in
             let path = relativePath
-            if state.fd >= 0, case .success(let info) = Sys.fstat(state.fd), info.st_nlink == 0 {
-                Sys.close(state.fd)
-                state = (-1, false)
+            if let file = state.file, case .success(let info) = Sys.fstat(file.fd), info.st_nlink == 0 {
+                state = State()
             }
-            if state.fd < 0 {
-                state.fd = try directory.container.openFile(path, flags: O_RDWR | O_CREAT)
+            if state.file == nil {
+                state.file = try MappedFile(directory.container, relativePath: path, minimumSize: Self.contentSize)
             }
-            if let content {
-                let bytes = Array(content.utf8)
-                try Sys.ftruncate(state.fd, 0).get("clearing \(path)")
-                try bytes.withUnsafeBytes { try Sys.pwriteAll(state.fd, $0, at: 0).get("writing \(path)") }
+            if let content, let file = state.file {
+                var bytes = Array(content.utf8.prefix(Self.contentSize - 1))
+                bytes += [UInt8](repeating: UInt8(ascii: "\n"), count: Self.contentSize - bytes.count)
+                bytes.withUnsafeBytes { file.pointer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             }
             if state.locked { return true }
             state.locked = try Sys.tryFlock(state.fd, LOCK_EX).get("locking \(path)")
@@ -75,11 +100,11 @@ final class RoleLockFile: Sendable {
 
     /// Closes the file (dropping the lock): on suspension, and when the role goes away.
     func close() {
-        let fd = state.withLock { state -> Int32 in
-            defer { state = (-1, false) }
-            return state.fd
+        let file = state.withLock { state -> MappedFile? in
+            defer { state = State() }
+            return state.file
         }
-        if fd >= 0 { Sys.close(fd) }
+        _ = file // unmapped and closed when released here
     }
 
     /// The descriptor while open (for tests of `/proc/locks`).

@@ -14,7 +14,7 @@ enum RolesBench: BenchSuite {
     static let name = "roles"
     static let shmName = "bench-roles.shm"
     // Layout of the shared bench page.
-    static let goOffset = 0, doneOffset = 64, startOffset = 128, stampOffset = 192
+    static let goOffset = 0, doneOffset = 64, startOffset = 128, stampOffset = 192, seenOffset = 256, releasedOffset = 320
 
     static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
         let container = try SharedContainer(path: path)
@@ -25,8 +25,8 @@ enum RolesBench: BenchSuite {
         let uncontendedRounds = quick ? 500 : 5_000
 
         let handoff = try flockHandoff(path: path, shm: shm, rounds: handoffRounds)
-        let signal = try await signalOneWay(container: container, path: path, rounds: quick ? 500 : 5_000)
-        let preemption = try await preemption(container: container, path: path, rounds: preemptRounds)
+        let signal = try signalAfterIdle(container: container, path: path, shm: shm, rounds: quick ? 100 : 1_000)
+        let (preemption, breakdown) = try await preemption(container: container, path: path, shm: shm, rounds: preemptRounds)
         var crashFloor: [Double] = [], takeover: [Double] = []
         for _ in 0..<crashRounds {
             // Interleaved so both see the same machine load.
@@ -51,9 +51,10 @@ enum RolesBench: BenchSuite {
                         floorName: "signal_post_to_wake_p50_us", floor: signalP50),
         ]
         return (results, [
-            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way (ping-pong / 2).",
+            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (the executor asks again only after main released) (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
             "targets": "preemption p50 <= 3 x (flock handoff + signal) p50; crash takeover p50 <= 1.5 x raw crash floor p50",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+            "preemption_breakdown": breakdown,
         ])
     }
 
@@ -92,18 +93,22 @@ enum RolesBench: BenchSuite {
         return samples
     }
 
-    /// Signal post-to-wake, one way, against the signals suite's pong worker.
-    private static func signalOneWay(container: SharedContainer, path: String, rounds: Int) async throws -> [Double] {
+    /// Signal post-to-wake, one way, with the same idle gap before each post as the preemption
+    /// rounds have (a tight ping-pong keeps the CPUs awake and would flatter the floor).
+    private static func signalAfterIdle(container: SharedContainer, path: String, shm: MappedFile, rounds: Int) throws -> [Double] {
         let signals = try container.signals
-        let pongs = try signals.observe("bench.pong")
-        let worker = try WorkerProcess(suite: SignalsBench.name, container: path, arguments: ["signal-pong"])
+        baton_store32(word(shm, doneOffset), 0)
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["signal-stamp"])
         try worker.waitReady()
         var samples: [Double] = []
-        for index in 0..<(rounds + rounds / 10) {
+        for round in 1...(rounds + rounds / 10) {
+            usleep(500)
             let start = monotonicNanoseconds()
-            try signals.post("bench.ping", state: UInt64(index))
-            _ = try await pongs.next(deadline: .after(.seconds(5)))
-            if index >= rounds / 10 { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+            try signals.post("bench.roles.ping", state: UInt64(round))
+            SignalsBench.waitUntil(word(shm, doneOffset), equals: UInt32(truncatingIfNeeded: round))
+            if round > rounds / 10 {
+                samples.append(Double(baton_load64(stamp(shm, stampOffset)) &- start) / 1_000)
+            }
         }
         return samples
     }
@@ -112,11 +117,16 @@ enum RolesBench: BenchSuite {
     /// on that holder's lock file.
     private static func rawCrashNotice(container: SharedContainer, path: String, shm: MappedFile) throws -> Double {
         let holder = try WorkerProcess(suite: name, container: path, arguments: ["holder"])
-        guard let line = holder.receiveLine(), line.hasPrefix("ready "), let epoch = UInt64(line.dropFirst(6)) else {
+        guard let line = holder.receiveLine(), line.hasPrefix("ready ") else {
             throw BatonError(.invalidArgument, "the holder worker did not start")
         }
+        let directory = path + "/.baton/roles/bench"
+        guard let file = try FileManager.default.contentsOfDirectory(atPath: directory)
+            .first(where: { $0.hasPrefix("holder-\(holder.pid)-") }) else {
+            throw BatonError(.notFound, "the holder worker's lock file is missing")
+        }
         baton_store32(word(shm, doneOffset), 0)
-        let waiter = try WorkerProcess(suite: name, container: path, arguments: ["flock-waiter", path + "/.baton/roles/bench/holder-\(epoch).lock"])
+        let waiter = try WorkerProcess(suite: name, container: path, arguments: ["flock-waiter", directory + "/" + file])
         try waiter.waitReady()
         usleep(5_000) // the waiter blocks in flock meanwhile
         let start = monotonicNanoseconds()
@@ -154,10 +164,10 @@ enum RolesBench: BenchSuite {
 
     // MARK: Baton
 
-    private static func preemption(container: SharedContainer, path: String, rounds: Int) async throws -> [Double] {
+    private static func preemption(container: SharedContainer, path: String, shm: MappedFile, rounds: Int) async throws -> ([Double], String) {
         let role = try container.role("preempt")
         let worker = try WorkerProcess(suite: name, container: path, arguments: ["executor"])
-        var samples: [Double] = []
+        var samples: [Double] = [], seen: [Double] = [], released: [Double] = []
         for round in 0..<(rounds + rounds / 10) {
             guard worker.receiveLine()?.hasPrefix("held") == true else {
                 throw BatonError(.invalidArgument, "the executor worker stopped")
@@ -165,11 +175,17 @@ enum RolesBench: BenchSuite {
             try await Task.sleep(for: .microseconds(500))
             let start = monotonicNanoseconds()
             let lease = try await role.acquire(priority: .main, kind: "bench", deadline: .after(.seconds(10)))
-            let elapsed = Double(monotonicNanoseconds() - start) / 1_000
+            let end = monotonicNanoseconds()
             await lease.release()
-            if round >= rounds / 10 { samples.append(elapsed) }
+            worker.send("again")
+            if round >= rounds / 10 {
+                samples.append(Double(end - start) / 1_000)
+                seen.append(Double(Int64(bitPattern: baton_load64(stamp(shm, seenOffset)) &- start)) / 1_000)
+                released.append(Double(Int64(bitPattern: baton_load64(stamp(shm, releasedOffset)) &- start)) / 1_000)
+            }
         }
-        return samples
+        let breakdown = "p50 from main's acquire call: the executor sees the stop request at \(fixed(percentile(seen, 50))) us, has released at \(fixed(percentile(released, 50))) us, main holds at \(fixed(percentile(samples, 50))) us"
+        return (samples, breakdown)
     }
 
     private static func uncontended(container: SharedContainer, rounds: Int) async throws -> (baton: [Double], raw: [Double]) {
@@ -214,12 +230,21 @@ enum RolesBench: BenchSuite {
             }
         case "flock-waiter":
             let fd = open(arguments[1], O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw BatonError(.notFound, "cannot open \(arguments[1])") }
             emit("ready")
             flock(fd, LOCK_EX)
             baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
             baton_store32(word(shm, doneOffset), 1)
             _ = baton_futex_wake_all(word(shm, doneOffset))
             try await Task.sleep(for: .seconds(3600))
+        case "signal-stamp":
+            let observation = try container.signals.observe("bench.roles.ping")
+            emit("ready")
+            for await delivery in observation {
+                baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
+                baton_store32(word(shm, doneOffset), UInt32(truncatingIfNeeded: delivery.state))
+                _ = baton_futex_wake_all(word(shm, doneOffset))
+            }
         case "holder":
             let role = try container.role("bench")
             let lease = try await role.acquire(priority: .main, kind: "holder", deadline: .after(.seconds(30)))
@@ -232,7 +257,11 @@ enum RolesBench: BenchSuite {
                 let lease = try await role.acquire(priority: .executor, kind: "bench", deadline: .never)
                 emit("held \(lease.epoch)")
                 for await _ in lease.stopRequests { break }
+                baton_store64(stamp(shm, seenOffset), monotonicNanoseconds())
                 await lease.release()
+                baton_store64(stamp(shm, releasedOffset), monotonicNanoseconds())
+                // Ask again only once main is done, so that the figure is the preemption alone.
+                guard readStandardInputLine() != nil else { return }
             }
         default:
             throw BatonError(.invalidArgument, "unknown roles worker \(arguments)")
