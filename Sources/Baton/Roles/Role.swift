@@ -104,8 +104,8 @@ public final class Role: SuspensionParticipant {
 
     private func acquireHoldingTurn(priority: RolePriority, kind: String, deadline: Deadline) async throws -> RoleLease {
         do {
-            let (epoch, fd) = try await core.acquireAcrossProcesses(priority: priority, kind: kind, options: options, deadline: deadline)
-            core.installGrant(RoleCore.Grant(epoch: epoch, priority: priority, kind: kind, fd: fd, members: 1, criticalDepth: 0))
+            let epoch = try await core.acquireAcrossProcesses(priority: priority, kind: kind, options: options, deadline: deadline)
+            core.installGrant(RoleCore.Grant(epoch: epoch, priority: priority, kind: kind, members: 1, criticalDepth: 0))
             return RoleLease(core: core, epoch: epoch, priority: priority, kind: kind)
         } catch {
             core.giveTurnBack()
@@ -115,8 +115,8 @@ public final class Role: SuspensionParticipant {
 
     private static func validateKind(_ kind: String) throws {
         let count = kind.utf8.count
-        guard count >= 1, count <= RoleRecord.maximumKindBytes, !kind.utf8.contains(0) else {
-            throw BatonError(.invalidArgument, "a role holder's kind must be 1 to \(RoleRecord.maximumKindBytes) bytes of UTF-8 without NUL; this one is \(count) bytes")
+        guard count >= 1, count <= RoleRecord.maximumKindBytes, !kind.utf8.contains(0), !kind.utf8.contains(10) else {
+            throw BatonError(.invalidArgument, "a role holder's kind must be 1 to \(RoleRecord.maximumKindBytes) bytes of UTF-8 without NUL or newline; this one is \(count) bytes")
         }
     }
 
@@ -125,7 +125,7 @@ public final class Role: SuspensionParticipant {
     public func status() throws -> RoleStatus {
         try core.directory.read { record in
             var holder: RoleStatus.Holder?
-            if let entry = record.holder, try core.directory.isHolderAlive(entry.epoch) {
+            if let entry = record.holder, try core.directory.isHolderAlive(entry) {
                 let stop = record.stop.map { stop in
                     StopRequest(
                         priority: RolePriority(Int(stop.priority)),

@@ -4,95 +4,97 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Synchronization
 
 /// Acquiring a role across processes: the waiting loop of one process's request.
 ///
-/// Each pass is one transition under the arbiter lock that either grants the role (a new epoch
-/// and a freshly locked holder file), or records why the process must wait: a higher priority
-/// waits or holds, or this process asked a lower-priority holder to stop and its grace period
-/// (or the bound on its critical section) has not run out. Between passes the process sleeps
-/// until the role's signal rings (releases, stop requests, critical sections), a lock file in
-/// the role's directory is closed (a holder or waiter died: the kernel's word, no heartbeat),
-/// this process suspends, the grace period ends, or the deadline passes.
+/// Each pass is one transition under the arbiter lock that either grants the role (a new epoch,
+/// and this process's holder file locked), or records why the process must wait: a higher
+/// priority waits or holds, or this process asked a lower-priority holder to stop and its grace
+/// period (or the bound on its critical section) has not run out. A process that must wait locks
+/// its waiter file, so lower priorities see it. Between passes it sleeps until the role's signal
+/// rings (releases, stop requests, critical sections, waiters leaving, this process suspending),
+/// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
+/// heartbeat), the grace period ends, or the deadline passes. The waits are one task group of
+/// three children (signal, close events, timer): each child waits without a timer of its own.
 extension RoleCore {
     private enum Decision {
-        case granted(epoch: UInt64, fd: Int32, previous: UInt64?)
+        case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
-    private enum Wake: Sendable { case signal, files, process, timeout }
+    private enum Wake: Sendable { case signal(SignalDelivery), files, timeout }
 
     /// Acquires the role for this process (the caller holds the process's turn).
-    /// - Returns: The epoch granted and the holder file's descriptor.
+    /// - Returns: The epoch granted; this process's holder file is locked.
     func acquireAcrossProcesses(
         priority: RolePriority,
         kind: String,
         options: RoleOptions,
         deadline: Deadline
-    ) async throws -> (epoch: UInt64, fd: Int32) {
+    ) async throws -> UInt64 {
         try container.suspension.checkActive("acquire role \(name)")
-        let signals = try container.signals
-        let observation = try signals.observe(signalName)
-        defer { observation.cancel() }
-        let files = try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), mask: FileEvents.roleDirectoryEvents)
-        let waiterID = UInt64.random(in: 1...UInt64.max)
-        var createdWaiter = false
+        _ = try container.signals
         var postedStop = false
         var granted = false
         defer {
-            closeWaiterFD(waiterID)
-            if createdWaiter { directory.removeFile(directory.waiterFile(waiterID)) }
+            let waited = waiterLock.isLocked
+            waiterLock.unlock()
             if postedStop && !granted && !container.suspension.isSuspended {
+                let waiterID = waiterLock.id
                 _ = try? directory.transition { transaction in
                     guard transaction.record.stop?.waiterID == waiterID else { return }
                     transaction.record.stop = nil
                     if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
                 }
             }
-            if createdWaiter { try? signals.post(signalName) }
+            if waited && !granted { ring() }
         }
-        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100), .microseconds(500), .milliseconds(2), .milliseconds(8)]
+        // After a close event while the holder still looks alive: the kernel reports a dying
+        // process's closes one by one (the arbiter's, the record's...) and drops its holder lock
+        // just after that file's own close, so look again shortly, then keep waiting for the
+        // next close with a short backstop.
+        let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
         var retryIndex = quickRetries.count
+        var shortWaits = 0
+        var sources = existingWaitSources
+        if let sources {
+            // Drop a delivery left over from before this call (often this process's own last
+            // release): the first pass below reads the record anyway.
+            _ = try? await sources.observation.next(deadline: .after(.zero))
+        }
+        var filesSeen: UInt64 = 0
         while true {
-            let filesSeen = files.events.snapshot()
-            let processSeen = turnChanges.snapshot()
+            if let sources { filesSeen = sources.files.events.snapshot() }
             try container.suspension.checkActive("acquire role \(name)")
             try Task.checkCancellation()
-            var createdFD: Int32 = -1
             let decision: Decision
             do {
-                decision = try directory.transition { transaction -> Decision in
-                    if !hasWaiterFD(waiterID) {
-                        if createdWaiter {
-                            throw BatonError(.suspended, "acquiring role \(name) was interrupted by a suspension; acquire again after resume()")
-                        }
-                        let fd = try directory.createWaiterFile(waiterID, priority: priority, kind: kind)
-                        createdWaiter = true
-                        guard registerWaiterFD(waiterID, fd) else {
-                            Sys.close(fd)
-                            throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
-                        }
-                    }
-                    return try decide(&transaction, waiterID: waiterID, priority: priority, kind: kind, options: options,
-                                      postedStop: &postedStop, createdFD: &createdFD)
-                }
+                decision = try transitionOnce(priority: priority, kind: kind, options: options, postedStop: &postedStop)
             } catch {
-                if createdFD >= 0 { Sys.close(createdFD) }
+                // A grant whose record could not be written is no grant.
+                if state.withLock({ $0.grant == nil }) { holderLock.unlock() }
                 throw error
             }
             switch decision {
-            case .granted(let epoch, let fd, let previous):
+            case .granted(let epoch, let previous):
                 granted = true
-                if let previous { directory.removeFile(directory.holderFile(previous)) }
-                try? signals.post(signalName)
-                return (epoch, fd)
+                ring()
+                // Outside the arbiter lock: unlinking waits for the file system's journal.
+                if let previous { directory.removeIfDead(previous) }
+                return epoch
             case .wait(let until, let blocker, let entitled, let byHolder):
-                if postedStop { try? signals.post(signalName) }
+                if postedStop { ring() }
                 if deadline.hasPassed {
                     if entitled {
                         throw BatonError(.timedOut, "timed out acquiring role \(name): \(blocker) was asked to stop but did not release before the deadline; wait longer or lower the grace period")
                     }
                     throw BatonError(.busy, "role \(name) is busy: \(blocker); it cannot be acquired at priority \(priority) until that process releases or leaves")
+                }
+                guard let current = sources else {
+                    // First wait: start listening, then look again before sleeping.
+                    sources = try waitSources()
+                    continue
                 }
                 if byHolder, retryIndex < quickRetries.count {
                     // A close was reported: the kernel drops a dying holder's lock just after.
@@ -100,37 +102,58 @@ extension RoleCore {
                     retryIndex += 1
                     continue
                 }
-                var slice = deadline.earliest(.after(options.backstopInterval))
+                var slice = deadline.earliest(.after(shortWaits > 0 ? .milliseconds(1) : options.backstopInterval))
+                shortWaits = max(shortWaits - 1, 0)
                 if let until {
                     let now = baton_monotonic_ns()
                     slice = slice.earliest(.after(.nanoseconds(Int64(until > now ? until - now : 0))))
                 }
-                let wake = try await Self.waitAny(
-                    observation: observation, files: files, filesSeen: filesSeen,
-                    process: turnChanges, processSeen: processSeen, deadline: slice)
-                retryIndex = wake == .files ? 0 : quickRetries.count
+                var wake: Wake
+                repeat {
+                    wake = try await Self.waitAny(
+                        observation: current.observation, files: current.files, filesSeen: filesSeen, deadline: slice)
+                    // This process's own ring (its stop request) changes nothing it waits for.
+                } while isOwnRing(wake)
+                if case .files = wake {
+                    retryIndex = 0
+                    shortWaits = 8
+                } else {
+                    retryIndex = quickRetries.count
+                }
             }
+        }
+    }
+
+    private func transitionOnce(priority: RolePriority, kind: String, options: RoleOptions, postedStop: inout Bool) throws -> Decision {
+        try directory.transition { transaction -> Decision in
+            if state.withLock({ $0.suspended }) {
+                throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
+            }
+            let decision = try decide(&transaction, priority: priority, kind: kind, options: options, postedStop: &postedStop)
+            if case .wait = decision, !waiterLock.isLocked {
+                _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
+            }
+            return decision
         }
     }
 
     private func decide(
         _ transaction: inout RoleDirectory.Transaction,
-        waiterID: UInt64,
         priority: RolePriority,
         kind: String,
         options: RoleOptions,
-        postedStop: inout Bool,
-        createdFD: inout Int32
+        postedStop: inout Bool
     ) throws -> Decision {
         let now = baton_monotonic_ns()
-        let others = try directory.liveWaiters(removeDead: true).filter { $0.id != waiterID }
-        if let stop = transaction.record.stop, stop.waiterID != waiterID, !others.contains(where: { $0.id == stop.waiterID }) {
+        let myWaiterID = waiterLock.id
+        let others = try directory.liveWaiters(excluding: myWaiterID, removeDead: true)
+        if let stop = transaction.record.stop, stop.waiterID != myWaiterID, !others.contains(where: { $0.id == stop.waiterID }) {
             // The requester gave up or died.
             transaction.record.stop = nil
             if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
         }
         let holder = transaction.record.holder
-        let holderAlive = try holder.map { try directory.isHolderAlive($0.epoch) } ?? false
+        let holderAlive = try holder.map { try directory.isHolderAlive($0) } ?? false
         if let higher = others.first(where: { $0.priority > priority }) {
             return .wait(until: nil, blocker: "a process of priority \(higher.priority) (pid \(higher.pid), kind \(higher.kind)) is waiting for it", entitled: false, byHolder: false)
         }
@@ -141,7 +164,7 @@ extension RoleCore {
             }
             if (transaction.record.stop?.priority ?? .min) < Int64(priority.value) {
                 transaction.record.stop = RoleRecord.StopEntry(
-                    waiterID: waiterID,
+                    waiterID: myWaiterID,
                     priority: Int64(priority.value),
                     pid: getpid(),
                     requestedMonotonic: now,
@@ -158,8 +181,10 @@ extension RoleCore {
             // The holder ignored the stop request past its grace period: overtake it. Its
             // epoch is over; its token fails validation from this transition on.
         }
+        guard try holderLock.lock() else {
+            throw BatonError(.corrupt, "this process's holder file of role \(name) is locked by another process; remove \(container.absolutePath(holderLock.relativePath))")
+        }
         let epoch = transaction.nextEpoch()
-        createdFD = try directory.createHolderFile(epoch)
         transaction.record.holder = RoleRecord.HolderEntry(
             epoch: epoch,
             priority: Int64(priority.value),
@@ -167,31 +192,30 @@ extension RoleCore {
             state: .running,
             kind: kind,
             sinceWallNanoseconds: RoleDirectory.wallNanoseconds(),
-            criticalSinceMonotonic: 0)
+            criticalSinceMonotonic: 0,
+            lockID: holderLock.id)
         transaction.record.stop = nil
-        return .granted(epoch: epoch, fd: createdFD, previous: holder?.epoch)
+        return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
+    }
+
+    private func isOwnRing(_ wake: Wake) -> Bool {
+        if case .signal(let delivery) = wake { return isOwnRing(delivery) }
+        return false
     }
 
     private static func waitAny(
         observation: SignalObservation,
         files: FileEvents.Subscription,
         filesSeen: UInt64,
-        process: EventCounter,
-        processSeen: UInt64,
         deadline: Deadline
     ) async throws -> Wake {
+        // Each source waits without a deadline of its own (a deadline costs every wait a task
+        // group and a timer); one timer child covers the deadline for all of them.
         try await withThrowingTaskGroup(of: Wake.self) { group in
-            group.addTask {
-                do { _ = try await observation.next(deadline: deadline); return .signal }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await files.events.wait(after: filesSeen, deadline: deadline); return .files }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
-            }
-            group.addTask {
-                do { try await process.wait(after: processSeen, deadline: deadline); return .process }
-                catch let error as BatonError where error.code == .timedOut { return .timeout }
+            group.addTask { .signal(try await observation.next(deadline: .never)) }
+            group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
+            if let instant = deadline.instant {
+                group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
             }
             defer { group.cancelAll() }
             return try await group.next() ?? .timeout

@@ -12,22 +12,24 @@ import Synchronization
 /// shares one core, so the extension instances that iOS runs as threads of one process are
 /// served in order and can join one lease.
 ///
-/// The core is the role's ``SuspensionParticipant``: ``suspend()`` closes the holder's and every
-/// waiter's lock file; ``resume()`` locks the holder file again if the record still names this
+/// The core is the role's ``SuspensionParticipant``: ``suspend()`` closes this process's holder
+/// and waiter lock files; ``resume()`` locks the holder file again if the record still names this
 /// process's epoch, or marks the grant lost.
 final class RoleCore: Sendable {
     let directory: RoleDirectory
     let container: SharedContainer
     let name: String
     var signalName: String { "baton.role." + name }
+    /// This process's holder lock file, locked while it holds the role.
+    let holderLock: RoleLockFile
+    /// This process's waiter lock file, locked while one of its tasks waits.
+    let waiterLock: RoleLockFile
 
     /// The cross-process grant this process holds.
     struct Grant: Sendable {
         var epoch: UInt64
         var priority: RolePriority
         var kind: String
-        /// The holder file's descriptor; -1 while suspended.
-        var fd: Int32
         /// Leases sharing the grant.
         var members: Int
         /// Nested critical sections in the process.
@@ -41,8 +43,6 @@ final class RoleCore: Sendable {
         /// Tickets of tasks waiting for the turn, in arrival order.
         var tickets: [UInt64] = []
         var nextTicket: UInt64 = 0
-        /// Waiter files of acquisitions in flight, closed on suspension.
-        var waiterFDs: [UInt64: Int32] = [:]
         var suspended = false
         /// Epochs this process held and lost (overtaken, or taken while suspended), with the
         /// epoch that replaced them, for error messages.
@@ -51,20 +51,42 @@ final class RoleCore: Sendable {
     }
 
     let state = Mutex(State())
+    /// The state this process last posted with the role's signal (pid in the high half).
+    private let lastRing = Mutex<UInt64>(0)
+    private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
 
     private init(container: SharedContainer, name: String) throws {
         self.container = container
         self.name = name
-        self.directory = try RoleDirectory(container: container, name: name)
+        let directory = try RoleDirectory(container: container, name: name)
+        self.directory = directory
+        self.holderLock = RoleLockFile(directory: directory, prefix: "holder")
+        self.waiterLock = RoleLockFile(directory: directory, prefix: "waiter")
     }
 
     deinit {
-        let (grant, token, waiters) = state.withLock { ($0.grant, $0.token, $0.waiterFDs) }
-        if let token { container.suspension.unregister(token) }
-        if let grant, grant.fd >= 0 { Sys.close(grant.fd) }
-        for fd in waiters.values { Sys.close(fd) }
+        if let token = state.withLock({ $0.token }) { container.suspension.unregister(token) }
+        // The lock files close themselves.
+    }
+
+    // MARK: Signal
+
+    /// Rings the role's signal: every change of the record or of a lock file does. The
+    /// signal's state tells who rang (this pid and a counter), so a waiter can ignore its own
+    /// ring when nobody rang after it.
+    func ring() {
+        let value = lastRing.withLock { last -> UInt64 in
+            last = UInt64(UInt32(bitPattern: getpid())) << 32 | ((last &+ 1) & 0xFFFF_FFFF)
+            return last
+        }
+        try? container.signals.post(signalName, state: value)
+    }
+
+    /// Whether a delivery carries this process's last ring and nothing rang since.
+    func isOwnRing(_ delivery: SignalDelivery) -> Bool {
+        lastRing.withLock { $0 != 0 && $0 == delivery.state }
     }
 
     // MARK: Registry
@@ -169,17 +191,17 @@ final class RoleCore: Sendable {
     /// Forgets the grant of `epoch` after it was lost (replaced by `current`): closes its holder
     /// file and frees the process's turn. Its leases stay invalid.
     func markLost(_ epoch: UInt64, current: UInt64) {
-        let fd = state.withLock { state -> Int32? in
-            guard let grant = state.grant, grant.epoch == epoch else { return nil }
+        let wasCurrent = state.withLock { state -> Bool in
+            guard let grant = state.grant, grant.epoch == epoch else { return false }
             state.grant = nil
             state.turnTaken = false
             state.lost[epoch] = current
-            return grant.fd
+            return true
         }
-        guard let fd else { return }
-        if fd >= 0 { Sys.close(fd) }
+        guard wasCurrent else { return }
+        holderLock.unlock()
         turnChanges.notify()
-        try? container.signals.post(signalName)
+        ring()
     }
 
     /// One lease of `epoch` leaves; the last one releases the role across processes.
@@ -194,7 +216,7 @@ final class RoleCore: Sendable {
             state.grant = nil
             return grant
         }
-        guard let grant = released else { return }
+        guard released != nil else { return }
         let suspended = state.withLock { $0.suspended }
         if !suspended {
             // Nothing may be locked while suspended: the record then still names this epoch,
@@ -203,14 +225,13 @@ final class RoleCore: Sendable {
                 if transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == getpid() {
                     transaction.record.holder = nil
                     transaction.record.stop = nil
-                    directory.removeFile(directory.holderFile(epoch))
                 }
             }
         }
-        if grant.fd >= 0 { Sys.close(grant.fd) }
+        holderLock.unlock()
         state.withLock { $0.turnTaken = false }
         turnChanges.notify()
-        try? container.signals.post(signalName)
+        ring()
     }
 
     // MARK: Critical sections
@@ -233,6 +254,9 @@ final class RoleCore: Sendable {
                 guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == getpid() else {
                     throw fencedError(epoch, current: transaction.record.holder?.epoch ?? transaction.record.lastEpoch)
                 }
+                if let stop = transaction.record.stop {
+                    throw BatonError(.stopRequested, "role \(name) was asked to stop by priority \(RolePriority(Int(stop.priority))) (pid \(stop.pid)); finish the work in progress and release instead of starting a critical section")
+                }
                 holder.state = .critical
                 holder.criticalSinceMonotonic = baton_monotonic_ns()
                 transaction.record.holder = holder
@@ -246,7 +270,7 @@ final class RoleCore: Sendable {
             }
             throw error
         }
-        try? container.signals.post(signalName)
+        ring()
     }
 
     /// Leaves a critical section.
@@ -263,8 +287,13 @@ final class RoleCore: Sendable {
             holder.state = transaction.record.stop == nil ? .running : .stopping
             holder.criticalSinceMonotonic = 0
             transaction.record.holder = holder
+            if transaction.record.stop != nil {
+                // The grace period restarts when the section ends: the holder may release now.
+                transaction.record.stop?.requestedMonotonic = baton_monotonic_ns()
+                transaction.record.stop?.requestedWallNanoseconds = RoleDirectory.wallNanoseconds()
+            }
         }
-        try? container.signals.post(signalName)
+        ring()
     }
 
     // MARK: Fencing
@@ -298,20 +327,17 @@ final class RoleCore: Sendable {
     // MARK: Suspension
 
     func suspend() {
-        let (fds, hadGrant) = state.withLock { state -> ([Int32], Bool) in
-            state.suspended = true
-            var fds = Array(state.waiterFDs.values)
-            state.waiterFDs.removeAll()
-            if var grant = state.grant, grant.fd >= 0 {
-                fds.append(grant.fd)
-                grant.fd = -1
-                state.grant = grant
-            }
-            return (fds, state.grant != nil)
+        state.withLock { $0.suspended = true }
+        // Closing (not only unlocking) also wakes waiters through the close event. Transitions
+        // check `suspended` and cannot run meanwhile, so nothing is locked again after this.
+        directory.excludingTransitions {
+            holderLock.close()
+            waiterLock.close()
         }
-        for fd in fds { Sys.close(fd) }
         turnChanges.notify()
-        if hadGrant { try? container.signals.post(signalName) }
+        // Wakes this process's own waiting acquisition (which then fails with `suspended`) and
+        // the waiters of other processes (the holder file was closed too).
+        ring()
     }
 
     func resume() throws {
@@ -320,47 +346,46 @@ final class RoleCore: Sendable {
             return state.grant
         }
         defer { turnChanges.notify() }
-        guard let grant, grant.fd < 0 else { return }
-        let outcome = try directory.transition { transaction -> Result<Int32, BatonError> in
+        guard let grant, !holderLock.isLocked else { return }
+        let outcome = try directory.transition { transaction -> Result<Void, BatonError> in
             let record = transaction.record
-            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == getpid(),
-               let fd = try directory.relockHolderFile(grant.epoch) {
-                return .success(fd)
+            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == getpid(), holder.lockID == holderLock.id,
+               try holderLock.lock() {
+                return .success(())
             }
             let current = record.holder?.epoch ?? record.lastEpoch
             return .failure(BatonError(.lost, "role \(name) was taken while this process was suspended: the current epoch is \(current), this lease had epoch \(grant.epoch); acquire it again"))
         }
         switch outcome {
-        case .success(let fd):
-            let kept = state.withLock { state -> Bool in
-                guard var current = state.grant, current.epoch == grant.epoch, !state.suspended else { return false }
-                current.fd = fd
-                state.grant = current
-                return true
-            }
-            if !kept { Sys.close(fd) }
+        case .success:
+            if state.withLock({ $0.suspended }) { holderLock.close() }
         case .failure(let error):
-            let current = directory.name.isEmpty ? 0 : ((try? directory.read { $0.holder?.epoch ?? $0.lastEpoch }) ?? 0)
+            let current = (try? directory.read { $0.holder?.epoch ?? $0.lastEpoch }) ?? 0
             markLost(grant.epoch, current: current)
             throw error
         }
     }
 
-    // MARK: Waiter files
+    // MARK: Waiting
 
-    func registerWaiterFD(_ id: UInt64, _ fd: Int32) -> Bool {
-        state.withLock { state in
-            guard !state.suspended else { return false }
-            state.waiterFDs[id] = fd
-            return true
+    /// What an acquisition waits on, created once per process and role and used by one
+    /// acquisition at a time (the one holding the process's turn).
+    struct WaitSources: Sendable {
+        let observation: SignalObservation
+        let files: FileEvents.Subscription
+    }
+
+    /// The wait sources if an earlier acquisition created them (they have listened since).
+    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
+
+    func waitSources() throws -> WaitSources {
+        try waitSourcesCache.withLock { cache in
+            if let cache { return cache }
+            let sources = WaitSources(
+                observation: try container.signals.observe(signalName),
+                files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), mask: FileEvents.roleDirectoryEvents))
+            cache = sources
+            return sources
         }
     }
-
-    /// Closes the waiter file of `id` if suspension has not already; returns whether it did.
-    func closeWaiterFD(_ id: UInt64) {
-        let fd = state.withLock { $0.waiterFDs.removeValue(forKey: id) }
-        if let fd { Sys.close(fd) }
-    }
-
-    func hasWaiterFD(_ id: UInt64) -> Bool { state.withLock { $0.waiterFDs[id] != nil } }
 }

@@ -11,10 +11,12 @@ import Synchronization
 /// - `arbiter.lock`: an exclusive `flock` held for microseconds around every transition (shared
 ///   for reads); never held across an `await`.
 /// - `record`: the ``RoleRecord`` (epoch counter, holder, stop request).
-/// - `holder-<epoch>.lock`: held exclusively by the holder of that epoch while it runs; the
-///   kernel drops it the instant the holder dies or suspends itself.
-/// - `waiter-<id>.lock`: held by each waiting process, with its priority, pid and kind inside;
-///   a dead waiter's file is unlocked at once and removed by the next transition.
+/// - `holder-<pid>-<id>.lock`: one per process, locked exclusively while that process holds
+///   the role (the record names the file of the current holder); the kernel drops the lock the
+///   instant the holder dies or suspends itself. An overtaken holder still locks its own file,
+///   which no longer matters: the record names the new holder's file.
+/// - `waiter-<pid>-<id>.lock`: one per process, locked while it waits, with its priority, pid
+///   and kind inside. Files of dead processes are removed by later transitions.
 ///
 /// In a process, one instance exists per role (see ``RoleCore``); its mutex makes the arbiter
 /// lock exclusive between the threads of the process too (`flock` alone only excludes other
@@ -25,13 +27,17 @@ final class RoleDirectory: Sendable {
     /// `roles/<name>`, relative to `.baton`.
     let path: String
 
-    private struct Descriptors {
+    private struct Descriptors: @unchecked Sendable {
+        // @unchecked: the mapping is only touched while holding the `descriptors` mutex (and,
+        // across processes, the arbiter lock).
         var arbiter: Int32
-        var record: Int32
+        /// The record, mapped: writing through the mapping neither allocates nor updates the
+        /// file's times on every change, so no transition waits for the file system's journal.
+        var record: MappedFile
     }
 
-    // The arbiter and record descriptors; holding this mutex is the in-process half of the
-    // arbiter lock.
+    // The arbiter descriptor and the record's mapping; holding this mutex is the in-process
+    // half of the arbiter lock.
     private let descriptors: Mutex<Descriptors>
 
     init(container: SharedContainer, name: String) throws {
@@ -39,9 +45,9 @@ final class RoleDirectory: Sendable {
         let path = "roles/" + name
         try container.makeDirectory(path)
         let arbiter = try container.openFile(path + "/arbiter.lock", flags: O_RDWR | O_CREAT)
-        let record: Int32
+        let record: MappedFile
         do {
-            record = try container.openFile(path + "/record", flags: O_RDWR | O_CREAT)
+            record = try MappedFile(container, relativePath: path + "/record", minimumSize: RoleRecord.fileSize)
         } catch {
             Sys.close(arbiter)
             throw error
@@ -55,11 +61,16 @@ final class RoleDirectory: Sendable {
     deinit {
         descriptors.withLock { descriptors in
             Sys.close(descriptors.arbiter)
-            Sys.close(descriptors.record)
         }
     }
 
     // MARK: Arbiter
+
+    /// Runs `body` excluding this process's transitions (not other processes): for suspension,
+    /// so that no transition locks a file after the suspension closed it.
+    func excludingTransitions<R>(_ body: () -> R) -> R {
+        descriptors.withLock { _ in body() }
+    }
 
     /// A transition: runs `body` holding the arbiter lock exclusively, with the current record.
     /// When `body` changes the record it is written back (synced when `durable` is set by body).
@@ -76,11 +87,11 @@ final class RoleDirectory: Sendable {
                 transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
                 let bytes = transaction.record.encode()
                 let offset = Int(transaction.record.sequence % 2) * RoleRecord.slotSize
-                try bytes.withUnsafeBytes {
-                    try Sys.pwriteAll(descriptors.record, $0, at: offset).get("writing the record of role \(name)")
+                bytes.withUnsafeBytes {
+                    descriptors.record.pointer.advanced(by: offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
                 }
                 if transaction.durable {
-                    try Sys.fdatasync(descriptors.record).get("syncing the record of role \(name)")
+                    try descriptors.record.sync()
                 }
             }
             return result
@@ -96,13 +107,11 @@ final class RoleDirectory: Sendable {
         }
     }
 
-    private func readRecord(_ fd: Int32) throws -> RoleRecord {
-        var bytes = [UInt8](repeating: 0, count: RoleRecord.fileSize)
-        let count = try bytes.withUnsafeMutableBytes {
-            try Sys.preadAll(fd, $0, at: 0).get("reading the record of role \(name)")
-        }
+    private func readRecord(_ record: MappedFile) throws -> RoleRecord {
+        let count = min(record.size, RoleRecord.fileSize)
+        let bytes = [UInt8](UnsafeRawBufferPointer(start: record.pointer, count: count))
         do {
-            return try RoleRecord.newest(in: Array(bytes[0..<count])) ?? RoleRecord()
+            return try RoleRecord.newest(in: bytes) ?? RoleRecord()
         } catch {
             return recoverCorruptRecord()
         }
@@ -111,12 +120,10 @@ final class RoleDirectory: Sendable {
     /// Both slots failed their checksum (a disk error, or a foreign write): the holder is unknown
     /// and the epoch counter must still never go back. Restart it above every epoch named by a
     /// holder file and above the wall clock in microseconds; the next grant fences any holder
-    /// that still believes in an older epoch.
+    /// that still believes in an older epoch. (Epochs normally count from 1, far below the wall
+    /// clock in microseconds.)
     private func recoverCorruptRecord() -> RoleRecord {
-        var floor = UInt64(max(Self.wallNanoseconds() / 1000, 0))
-        for file in (try? fileNames()) ?? [] where file.hasPrefix("holder-") && file.hasSuffix(".lock") {
-            if let epoch = UInt64(file.dropFirst("holder-".count).dropLast(".lock".count)) { floor = max(floor, epoch) }
-        }
+        let floor = UInt64(max(Self.wallNanoseconds() / 1000, 0))
         var record = RoleRecord()
         record.lastEpoch = floor
         record.reservedEpoch = floor
@@ -125,13 +132,15 @@ final class RoleDirectory: Sendable {
 
     // MARK: Files
 
-    func holderFile(_ epoch: UInt64) -> String { path + "/holder-\(epoch).lock" }
-    func waiterFile(_ id: UInt64) -> String { path + "/waiter-\(String(id, radix: 16)).lock" }
+    /// The lock file of a holder.
+    func holderFile(_ holder: RoleRecord.HolderEntry) -> String {
+        RoleLockFile.relativePath(directory: self, prefix: "holder", pid: holder.pid, id: holder.lockID)
+    }
 
-    /// Whether some process holds the lock of the holder of `epoch` (it is alive and not
-    /// suspended). Opens read-only, so the check itself wakes nobody.
-    func isHolderAlive(_ epoch: UInt64) throws -> Bool {
-        try isLocked(holderFile(epoch))
+    /// Whether the holder still holds its lock file (it is alive and not suspended). Opens
+    /// read-only, so the check itself wakes nobody.
+    func isHolderAlive(_ holder: RoleRecord.HolderEntry) throws -> Bool {
+        try isLocked(holderFile(holder))
     }
 
     private func isLocked(_ relativePath: String) throws -> Bool {
@@ -145,50 +154,24 @@ final class RoleDirectory: Sendable {
         return !(try Sys.tryFlock(fd, LOCK_SH).get("checking \(relativePath)"))
     }
 
-    /// Creates and locks the holder file of a new epoch. Call inside a transition.
-    func createHolderFile(_ epoch: UInt64) throws -> Int32 {
-        let file = holderFile(epoch)
-        let fd = try container.openFile(file, flags: O_RDWR | O_CREAT)
-        do {
-            guard try Sys.tryFlock(fd, LOCK_EX).get("locking \(file)") else {
-                throw BatonError(.corrupt, "the holder file of epoch \(epoch) of role \(name) is locked by another process although that epoch was never granted; remove \(container.absolutePath(file))")
-            }
-        } catch {
-            Sys.close(fd)
-            throw error
-        }
-        return fd
-    }
-
-    /// Takes the lock of an existing holder file back (after a suspension). Call inside a
-    /// transition that checked the record still names this process.
-    func relockHolderFile(_ epoch: UInt64) throws -> Int32? {
-        let file = holderFile(epoch)
-        let fd = try container.openFile(file, flags: O_RDWR | O_CREAT)
-        if try Sys.tryFlock(fd, LOCK_EX).get("locking \(file)") { return fd }
-        Sys.close(fd)
-        return nil
-    }
-
     func removeFile(_ relativePath: String) {
         _ = Sys.unlinkat(container.directory, relativePath)
     }
 
-    /// Creates, locks and fills this process's waiter file. Call inside a transition so that no
-    /// one sees it unlocked.
-    func createWaiterFile(_ id: UInt64, priority: RolePriority, kind: String) throws -> Int32 {
-        let file = waiterFile(id)
-        let fd = try container.openFile(file, flags: O_RDWR | O_CREAT | O_TRUNC)
-        do {
-            try Sys.flock(fd, LOCK_EX | LOCK_NB).get("locking \(file)")
-            let line = "\(priority.value) \(getpid()) \(Self.wallNanoseconds()) \(kind)"
-            try Array(line.utf8).withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(file)") }
-        } catch {
-            Sys.close(fd)
-            removeFile(file)
-            throw error
-        }
-        return fd
+    /// Whether process `pid` is gone (its files may be removed).
+    static func isDead(_ pid: Int32) -> Bool {
+        guard pid != getpid(), case .failure(let error) = Sys.kill(pid, 0) else { return false }
+        return error.errno == ESRCH
+    }
+
+    /// Removes the lock file of a previous holder whose process is gone.
+    func removeIfDead(_ holder: RoleRecord.HolderEntry) {
+        if Self.isDead(holder.pid) { removeFile(holderFile(holder)) }
+    }
+
+    /// The text of a waiter file.
+    static func waiterContent(priority: RolePriority, kind: String) -> String {
+        "\(priority.value) \(getpid()) \(wallNanoseconds()) \(kind)"
     }
 
     /// A live waiter read from its file.
@@ -200,12 +183,12 @@ final class RoleDirectory: Sendable {
         var kind: String
     }
 
-    /// The live waiters. With `removeDead`, files of dead waiters are deleted (only inside a
-    /// transition).
-    func liveWaiters(removeDead: Bool) throws -> [WaiterEntry] {
+    /// The waiters whose files are locked now, highest priority first, excluding `excluding`.
+    /// With `removeDead`, files of dead processes are deleted (only inside a transition).
+    func liveWaiters(excluding: UInt64 = 0, removeDead: Bool) throws -> [WaiterEntry] {
         var result: [WaiterEntry] = []
-        for file in try fileNames() where file.hasPrefix("waiter-") && file.hasSuffix(".lock") {
-            guard let id = UInt64(file.dropFirst("waiter-".count).dropLast(".lock".count), radix: 16) else { continue }
+        for file in try fileNames() {
+            guard let (pid, id) = RoleLockFile.parse(file, prefix: "waiter"), id != excluding else { continue }
             let relative = path + "/" + file
             let fd: Int32
             switch Sys.openat(container.directory, relative, O_RDONLY) {
@@ -215,26 +198,17 @@ final class RoleDirectory: Sendable {
             }
             defer { Sys.close(fd) }
             if try Sys.tryFlock(fd, LOCK_SH).get("checking \(relative)") {
-                if removeDead { removeFile(relative) }
+                if removeDead, Self.isDead(pid) { removeFile(relative) }
                 continue
             }
             var buffer = [UInt8](repeating: 0, count: 512)
             let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relative)") }
-            let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
-            guard fields.count == 4, let priority = Int(fields[0]), let pid = Int32(fields[1]), let since = Int64(fields[2]) else {
-                continue // still being written by its owner (it writes inside a transition)
-            }
+            let text = String(decoding: buffer[0..<count], as: UTF8.self).prefix { $0 != "\n" }
+            let fields = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+            guard fields.count == 4, let priority = Int(fields[0]), let since = Int64(fields[2]) else { continue }
             result.append(WaiterEntry(id: id, priority: RolePriority(priority), pid: pid, sinceWallNanoseconds: since, kind: String(fields[3])))
         }
         return result.sorted { ($0.priority, -$0.sinceWallNanoseconds) > ($1.priority, -$1.sinceWallNanoseconds) }
-    }
-
-    /// Removes holder files of epochs other than `keep` that nobody holds.
-    func removeStaleHolderFiles(keep: UInt64) throws {
-        for file in try fileNames() where file.hasPrefix("holder-") && file.hasSuffix(".lock") {
-            guard let epoch = UInt64(file.dropFirst("holder-".count).dropLast(".lock".count)), epoch != keep else { continue }
-            if !(try isHolderAlive(epoch)) { removeFile(holderFile(epoch)) }
-        }
     }
 
     private func fileNames() throws -> [String] {

@@ -70,8 +70,11 @@ public final class RoleLease: Fence, SuspensionParticipant {
 
     /// Runs `body` as a critical section: a higher priority that asks for the role waits until
     /// it ends (bounded by its ``RoleOptions/maximumCriticalWait``), and the role's status shows
-    /// `critical` meanwhile. Sections of the leases of one process nest.
-    /// - Throws: `fenced` when the lease is no longer current, `suspended`, or what `body` throws.
+    /// `critical` meanwhile. Sections of the leases of one process nest. When the section ends
+    /// while a stop request is pending, the requester's grace period starts again, so the holder
+    /// can release cleanly. A section cannot start once a stop was requested.
+    /// - Throws: `stopRequested` when a higher priority already asked for the role; `fenced` when
+    ///   the lease is no longer current; `suspended`; or what `body` throws.
     public func withCriticalSection<R>(_ body: () async throws -> R) async throws -> R {
         if released.withLock({ $0 }) { throw core.fencedError(epoch, current: nil) }
         try core.enterCritical(epoch)
@@ -164,10 +167,10 @@ public struct StopRequests: AsyncSequence, Sendable {
                 case .nothing:
                     break
                 }
+                // Every change that matters rings the signal (stop requests, releases, grants,
+                // this process's suspension); no timer needed.
                 do {
-                    _ = try await observation.next(deadline: .after(.seconds(1)))
-                } catch let error as BatonError where error.code == .timedOut {
-                    continue
+                    _ = try await observation.next(deadline: .never)
                 } catch {
                     return nil
                 }

@@ -3,6 +3,12 @@ import CBatonShims
 /// The role's record, kept in `.baton/roles/<name>/record`: the epoch counter, the holder and the
 /// pending stop request.
 ///
+/// Layout of a slot (little-endian): magic, version, sequence, last epoch, reserved epoch, boot
+/// hash, heartbeat; holder epoch (0: none), priority, pid, state, kind length, since, critical
+/// since; stop request (requester's waiter id, 0: none), priority, pid, requested (monotonic and
+/// wall), grace, critical bound; holder kind (64 bytes at 144); holder lock id (at 208);
+/// CRC-32C of the first 252 bytes (at 252).
+///
 /// The file has two 256-byte slots written alternately, each with a sequence number and a
 /// CRC-32C, so a write torn by a crash leaves the previous slot intact. Every change happens
 /// under the role's arbiter lock. The epoch counter is made durable in blocks: before an epoch
@@ -18,6 +24,8 @@ struct RoleRecord: Sendable, Equatable {
         var kind: String
         var sinceWallNanoseconds: Int64
         var criticalSinceMonotonic: UInt64
+        /// The id of the holder's lock file (`holder-<pid>-<id>.lock`).
+        var lockID: UInt64
     }
 
     struct StopEntry: Sendable, Equatable {
@@ -81,6 +89,7 @@ struct RoleRecord: Sendable, Equatable {
             bytes[69] = UInt8(kind.count)
             put(holder.sinceWallNanoseconds, at: 72)
             put(holder.criticalSinceMonotonic, at: 80)
+            put(holder.lockID, at: 208)
             for (index, byte) in kind.enumerated() { bytes[144 + index] = byte }
         }
         if let stop {
@@ -127,7 +136,8 @@ struct RoleRecord: Sendable, Equatable {
                 state: state(bytes[68]),
                 kind: String(decoding: bytes[144..<(144 + kindCount)], as: UTF8.self),
                 sinceWallNanoseconds: get(Int64.self, at: 72),
-                criticalSinceMonotonic: get(UInt64.self, at: 80))
+                criticalSinceMonotonic: get(UInt64.self, at: 80),
+                lockID: get(UInt64.self, at: 208))
         }
         let waiterID = get(UInt64.self, at: 88)
         if waiterID != 0 {

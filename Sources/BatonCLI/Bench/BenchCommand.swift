@@ -41,7 +41,7 @@ struct BenchReport: Encodable, Sendable {
 }
 
 /// A benchmark suite: `baton bench NAME`. Workers run as `baton bench-worker NAME ...`.
-protocol BenchSuite {
+protocol BenchSuite: SendableMetatype {
     static var name: String { get }
     /// Runs the suite in a fresh temporary container; returns results and free-form notes.
     static func run(container: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String])
@@ -52,6 +52,7 @@ protocol BenchSuite {
 /// Every suite, by name. Each area adds its own here.
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
+    RolesBench.self,
     InboxBench.self,
 ]
 

@@ -1,0 +1,102 @@
+import CBatonShims
+import Synchronization
+
+/// One of this process's lock files in a role's directory: `holder-<pid>-<id>.lock` (held while
+/// the process holds the role) or `waiter-<pid>-<id>.lock` (held while it waits, with its
+/// priority, pid and kind inside).
+///
+/// The file is created once and kept open: taking and dropping the role only locks and unlocks
+/// it, so the hot path creates and deletes no files. The kernel drops the lock the instant the
+/// process dies (and closing the descriptor then wakes watchers through inotify); a suspension
+/// closes the descriptor. A file found unlinked (another process removed it after this process
+/// died... or looked dead) is created again before it is locked.
+final class RoleLockFile: Sendable {
+    let directory: RoleDirectory
+    let prefix: String
+    let id: UInt64
+
+    private struct State: @unchecked Sendable {
+        // @unchecked: the mapping is only used under the `state` mutex.
+        /// The file, mapped so that writing its content is a copy: a `pwrite` would update the
+        /// file's times and wait for the file system's journal inside a transition.
+        var file: MappedFile?
+        var locked = false
+        var fd: Int32 { file?.fd ?? -1 }
+    }
+
+    private let state = Mutex(State())
+    /// The size of a file's content, padded with newlines.
+    static let contentSize = 256
+
+    init(directory: RoleDirectory, prefix: String) {
+        self.directory = directory
+        self.prefix = prefix
+        self.id = UInt64.random(in: 1...UInt64.max)
+    }
+
+    /// Closes and removes the file: its id is unique to this object, so no one else uses it.
+    deinit {
+        close()
+        directory.removeFile(relativePath)
+    }
+
+    var relativePath: String { Self.relativePath(directory: directory, prefix: prefix, pid: getpid(), id: id) }
+
+    static func relativePath(directory: RoleDirectory, prefix: String, pid: Int32, id: UInt64) -> String {
+        directory.path + "/\(prefix)-\(pid)-\(String(id, radix: 16)).lock"
+    }
+
+    /// Parses `<prefix>-<pid>-<hex id>.lock`.
+    static func parse(_ fileName: String, prefix: String) -> (pid: Int32, id: UInt64)? {
+        guard fileName.hasPrefix(prefix + "-"), fileName.hasSuffix(".lock") else { return nil }
+        let middle = fileName.dropFirst(prefix.count + 1).dropLast(".lock".count).split(separator: "-")
+        guard middle.count == 2, let pid = Int32(middle[0]), let id = UInt64(middle[1], radix: 16) else { return nil }
+        return (pid, id)
+    }
+
+    var isLocked: Bool { state.withLock { $0.locked } }
+
+    /// Locks the file exclusively (creating it when missing), after writing `content` into it.
+    /// Call inside a transition of the role. Returns `false` if another process holds it.
+    func lock(content: String? = nil) throws -> Bool {
+        try state.withLock { state in
+            let path = relativePath
+            if let file = state.file, case .success(let info) = Sys.fstat(file.fd), info.st_nlink == 0 {
+                state = State()
+            }
+            if state.file == nil {
+                state.file = try MappedFile(directory.container, relativePath: path, minimumSize: Self.contentSize)
+            }
+            if let content, let file = state.file {
+                var bytes = Array(content.utf8.prefix(Self.contentSize - 1))
+                bytes += [UInt8](repeating: UInt8(ascii: "\n"), count: Self.contentSize - bytes.count)
+                bytes.withUnsafeBytes { file.pointer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            }
+            if state.locked { return true }
+            state.locked = try Sys.tryFlock(state.fd, LOCK_EX).get("locking \(path)")
+            return state.locked
+        }
+    }
+
+    /// Drops the lock, keeping the file open for next time (no close event: wake others with
+    /// the role's signal).
+    func unlock() {
+        state.withLock { state in
+            guard state.locked else { return }
+            _ = Sys.flock(state.fd, LOCK_UN)
+            state.locked = false
+        }
+    }
+
+    /// Closes the file (dropping the lock): on suspension, and when the role goes away.
+    func close() {
+        let file = state.withLock { state -> MappedFile? in
+            defer { state = State() }
+            return state.file
+        }
+        _ = file // unmapped and closed when released here
+    }
+
+    /// The descriptor while open (for tests of `/proc/locks`).
+    var descriptor: Int32? { state.withLock { $0.fd >= 0 ? $0.fd : nil } }
+}

@@ -1,0 +1,343 @@
+import Baton
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Roles with real processes: `baton role acquire` children, the test process itself as a
+/// holder, SIGKILL and SIGSTOP.
+@Suite("Roles", .serialized, .timeLimit(.minutes(1)))
+struct RoleTests {
+    // MARK: Helpers
+
+    static func object(_ line: String) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+    }
+
+    static func event(_ name: String) -> @Sendable (String) -> Bool {
+        { line in (object(line)["event"] as? String) == name }
+    }
+
+    static func int(_ line: String, _ key: String) -> Int? {
+        (object(line)[key] as? NSNumber)?.intValue
+    }
+
+    /// Waits until the role's status satisfies `predicate` (status read in this process).
+    static func waitForStatus(_ role: Role, timeout: Double = 20, _ predicate: (RoleStatus) -> Bool) async throws -> RoleStatus {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let status = try role.status()
+            if predicate(status) { return status }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TestFailure("timed out waiting for a role status; last: \(try role.status())")
+    }
+
+    // MARK: Rules
+
+    @Test func mainPreemptsAnExecutor() async throws {
+        let dir = try TemporaryContainer()
+        let executor = try ChildProcess(["role", "acquire", "--role", "executor", "--hold", "60"], container: dir.path)
+        let acquired = try await executor.line(timeout: 30, matching: Self.event("acquired"))
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.2", "--timeout", "30"], container: dir.path)
+        let mainAcquired = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(try #require(Self.int(mainAcquired, "epoch")) > (try #require(Self.int(acquired, "epoch"))))
+        let stop = try await executor.line(timeout: 30, matching: Self.event("stop-requested"))
+        #expect(Self.int(stop, "by") == 100)
+        #expect(Self.int(stop, "pid") == Int(main.pid))
+        _ = try await executor.line(timeout: 30, matching: Self.event("released"))
+        #expect(try await executor.wait() == 0)
+        #expect(try await main.wait() == 0)
+    }
+
+    @Test func anExecutorCannotStartWhileMainHolds() async throws {
+        let dir = try TemporaryContainer()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let result = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0.5"], container: dir.path)
+        #expect(result.status == 3)
+        let busy = try #require(result.lines.first(where: Self.event("busy")))
+        let fields = Self.object(busy)
+        #expect(fields["code"] as? String == "busy")
+        #expect((fields["message"] as? String)?.contains("pid \(main.pid)") == true)
+        #expect(((fields["holder"] as? [String: Any])?["priority"] as? NSNumber)?.intValue == 100)
+        // A second main-priority process waits rather than preempting an equal priority.
+        let second = try await runBaton(["role", "acquire", "--role", "main", "--timeout", "0.3"], container: dir.path)
+        #expect(second.status == 3)
+    }
+
+    @Test func aLowerPriorityWaitsBehindAHigherWaiter() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let holder = try ChildProcess(["role", "acquire", "--priority", "200", "--hold", "60"], container: dir.path)
+        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.1", "--timeout", "60"], container: dir.path)
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == main.pid } }
+        // The holder is priority 200, but an executor must also yield to the waiting main.
+        let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0.3"], container: dir.path)
+        #expect(executor.status == 3)
+        let busyLine = try #require(executor.lines.first(where: Self.event("busy")))
+        let message = Self.object(busyLine)["message"] as? String
+        #expect(message?.contains("pid \(holder.pid)") == true || message?.contains("pid \(main.pid)") == true)
+        holder.signal(SIGKILL)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(try await main.wait() == 0)
+    }
+
+    @Test func aCriticalSectionDefersMain() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let executor = try ChildProcess(["role", "acquire", "--role", "executor", "--hold", "60", "--critical", "2"], container: dir.path)
+        _ = try await executor.line(timeout: 30, matching: Self.event("critical-begin"))
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.1", "--timeout", "60", "--grace", "0.2"], container: dir.path)
+        let status = try await Self.waitForStatus(role) { $0.holder?.stopRequest != nil }
+        #expect(status.holder?.state == .critical)
+        #expect(status.holder?.pid == executor.pid)
+        #expect(status.holder?.stopRequest?.pid == main.pid)
+        #expect(status.waiters.contains { $0.pid == main.pid && $0.priority == .main })
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(try await executor.wait() == 0, "the executor finished its section and released: not overtaken")
+        let lines = executor.lines
+        let end = try #require(lines.firstIndex(where: Self.event("critical-end")))
+        let released = try #require(lines.firstIndex(where: Self.event("released")))
+        #expect(end < released)
+        #expect(try await main.wait() == 0)
+    }
+
+    @Test func killingTheHolderFreesTheRoleAtOnce() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "600"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let executor = try ChildProcess(["role", "acquire", "--role", "executor", "--timeout", "600"], container: dir.path)
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == executor.pid } }
+        main.signal(SIGKILL)
+        // No timeout to wait out: the grace period (2 s) and backstop do not apply to a death.
+        let acquired = try await executor.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(Self.int(acquired, "epoch") == 2)
+        #expect(try await executor.wait() == 0)
+        #expect(try role.status().holder == nil)
+    }
+
+    @Test func aSuspendedHolderHoldsNoLock() async throws {
+        let dir = try TemporaryContainer()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "600", "--suspend-after", "1"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(!ProcLocks.held(by: main.pid, under: dir.path + "/.baton").isEmpty, "the check sees the holder's lock")
+        _ = try await main.line(timeout: 30, matching: Self.event("suspended"))
+        main.signal(SIGSTOP)
+        defer { main.signal(SIGCONT) }
+        #expect(ProcLocks.held(by: main.pid, under: dir.path + "/.baton").isEmpty)
+        // Nothing stops an extension now.
+        let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "10"], container: dir.path)
+        #expect(executor.status == 0)
+    }
+
+    @Test func anOvertakenHoldersTokenIsRejected() async throws {
+        let dir = try TemporaryContainer()
+        let container = try SharedContainer(path: dir.path)
+        let role = try container.role()
+        let lease = try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(10)))
+        try lease.validate()
+        // This process ignores the stop request; main overtakes it after its 0.3 s grace period.
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60", "--grace", "0.3"], container: dir.path)
+        let acquired = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let epoch = try #require(Self.int(acquired, "epoch"))
+        #expect(UInt64(epoch) > lease.epoch)
+        let error = try #require(throws: BatonError.self) { try lease.validate() }
+        #expect(error.code == .fenced)
+        #expect(error.message.contains("current epoch is \(epoch)"))
+        #expect(!lease.isValid)
+        await #expect(throws: BatonError.self) { try await lease.withCriticalSection {} }
+        await lease.release()
+        #expect(try role.status().holder?.pid == main.pid, "a stale release does not free the new holder's role")
+    }
+
+    @Test func anIgnoringChildIsOvertakenAndToldSo() async throws {
+        let dir = try TemporaryContainer()
+        let executor = try ChildProcess(["role", "acquire", "--role", "executor", "--hold", "600", "--ignore-stop"], container: dir.path)
+        _ = try await executor.line(timeout: 30, matching: Self.event("acquired"))
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.5", "--grace", "0.3"], container: dir.path)
+        let acquired = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let lost = try await executor.line(timeout: 30, matching: Self.event("lost"))
+        #expect(Self.int(lost, "epoch") == Self.int(acquired, "epoch"))
+        #expect(try await executor.wait() == 4)
+        #expect(try await main.wait() == 0)
+    }
+
+    // MARK: One process
+
+    @Test func twoInstancesOfOneProcessShareOneLease() async throws {
+        let dir = try TemporaryContainer()
+        // Two extension instances: separate container and role objects, one process.
+        let first = try SharedContainer(path: dir.path).role()
+        let second = try Role(SharedContainer(path: dir.path))
+        let a = try await first.join(priority: .executor, kind: "ext", deadline: .after(.seconds(10)))
+        let b = try await second.join(priority: .executor, kind: "ext", deadline: .after(.seconds(10)))
+        #expect(a.epoch == b.epoch)
+        try b.validate()
+        // An exclusive acquisition by a third task is served after both leave.
+        let third = Task { try await second.acquire(priority: .executor, kind: "ext", deadline: .after(.seconds(30))) }
+        await a.release()
+        #expect(try first.status().holder?.pid == getpid())
+        #expect(try first.status().holder?.epoch == a.epoch)
+        try b.validate()
+        await b.release()
+        let c = try await third.value
+        #expect(c.epoch > a.epoch)
+        #expect(throws: BatonError.self) { try a.validate() }
+        await c.release()
+        #expect(try first.status().holder == nil)
+        // Another process sees one holder throughout, never two.
+        let busy = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0"], container: dir.path)
+        #expect(busy.status == 0)
+    }
+
+    @Test func resumeKeepsTheLeaseOrReportsItLost() async throws {
+        let dir = try TemporaryContainer()
+        let container = try SharedContainer(path: dir.path)
+        let role = try container.role()
+        let lease = try await role.acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
+        await container.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: dir.path + "/.baton").isEmpty)
+        #expect((try #require(throws: BatonError.self) { try lease.validate() }).code == .suspended)
+        try await container.resume()
+        try lease.validate()
+        #expect(!ProcLocks.held(by: getpid(), under: dir.path + "/.baton").isEmpty)
+
+        await container.suspend()
+        let executor = try await runBaton(["role", "acquire", "--role", "executor", "--hold", "0", "--timeout", "10"], container: dir.path)
+        #expect(executor.status == 0)
+        let newEpoch = try #require(executor.lines.first(where: Self.event("acquired")).flatMap { Self.int($0, "epoch") })
+        let error = try await #require(throws: BatonError.self) { try await container.resume() }
+        #expect(error.code == .lost)
+        #expect(error.message.contains("\(newEpoch)"))
+        #expect((try #require(throws: BatonError.self) { try lease.validate() }).code == .fenced)
+        await lease.release()
+        let again = try await role.acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
+        #expect(again.epoch > UInt64(newEpoch))
+        await again.release()
+    }
+
+    @Test func acquiringWhileSuspendedIsRefused() async throws {
+        let dir = try TemporaryContainer()
+        let container = try SharedContainer(path: dir.path)
+        let role = try container.role()
+        await container.suspend()
+        let error = try await #require(throws: BatonError.self) {
+            try await role.acquire(priority: .main, deadline: .after(.seconds(1)))
+        }
+        #expect(error.code == .suspended)
+        try await container.resume()
+        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(1)))
+        await lease.release()
+    }
+
+    @Test func cancellingAWaitLeavesNoWaiterBehind() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let waiting = Task { try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(60))) }
+        _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == getpid() } }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiting.value }
+        #expect(try role.status().waiters.isEmpty)
+        // The process's turn was given back: it can wait again.
+        let busy = try await #require(throws: BatonError.self) {
+            try await role.acquire(priority: .executor, deadline: .after(.milliseconds(100)))
+        }
+        #expect(busy.code == .busy)
+        #expect(busy.message.contains("pid \(main.pid)"))
+    }
+
+    // MARK: Records and status
+
+    @Test func epochsSurviveACorruptRecord() async throws {
+        let dir = try TemporaryContainer()
+        for _ in 0..<3 {
+            #expect(try await runBaton(["role", "acquire", "--role", "main"], container: dir.path).status == 0)
+        }
+        let role = try SharedContainer(path: dir.path).role()
+        #expect(try role.status().epoch == 3)
+        try Data(repeating: 0xAB, count: 512).write(to: URL(fileURLWithPath: dir.path + "/.baton/roles/core/record"))
+        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
+        #expect(lease.epoch > 3)
+        await lease.release()
+        #expect(try role.status().epoch == lease.epoch)
+    }
+
+    @Test func statusCommandPrintsJSON() async throws {
+        let dir = try TemporaryContainer()
+        let empty = try await runBaton(["role", "status", "--json"], container: dir.path)
+        #expect(empty.status == 0)
+        let emptyLine = try #require(empty.lines.first)
+        #expect(Self.object(emptyLine)["holder"] is NSNull)
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--kind", "app", "--hold", "60"], container: dir.path)
+        _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
+        let held = try await runBaton(["role", "status", "--json"], container: dir.path)
+        let heldLine = try #require(held.lines.first)
+        let holder = try #require(Self.object(heldLine)["holder"] as? [String: Any])
+        #expect(holder["kind"] as? String == "app")
+        #expect((holder["pid"] as? NSNumber)?.intValue == Int(main.pid))
+        #expect(holder["state"] as? String == "running")
+        #expect((holder["epoch"] as? NSNumber)?.intValue == 1)
+        let invalid = try await runBaton(["role", "status", "--name", "../x"], container: dir.path)
+        #expect(invalid.status != 0)
+    }
+
+    @Test func statusChangesFollowTheRole() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        var iterator = role.statusChanges().makeAsyncIterator()
+        #expect(try await iterator.next()?.holder == nil)
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
+        var seen: RoleStatus?
+        while let status = try await iterator.next() {
+            if status.holder?.pid == main.pid { seen = status; break }
+        }
+        #expect(seen?.holder?.state == .running)
+        main.signal(SIGKILL)
+        while let status = try await iterator.next() {
+            if status.holder == nil { break }
+        }
+    }
+
+    // MARK: Soak
+
+    @Test func soakEightProcessesNeverTwoHolders() async throws {
+        let dir = try TemporaryContainer()
+        let log = dir.path + "/soak.log"
+        let workers = try (0..<8).map { _ in
+            try ChildProcess(["role", "soak", "--seconds", "10", "--log", log], container: dir.path)
+        }
+        var acquired = 0, fenced = 0
+        for worker in workers {
+            let summary = try await worker.line(timeout: 90)
+            #expect(try await worker.wait(timeout: 30) == 0, "worker \(worker.pid) did not finish: a deadlock?")
+            acquired += Self.int(summary, "acquired") ?? 0
+            fenced += Self.int(summary, "fenced") ?? 0
+        }
+        #expect(fenced == 0, "a holder's fence check failed: two processes believed they held the role")
+        #expect(acquired >= 16)
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 2 * acquired)
+        var open: (epoch: UInt64, pid: String)?
+        var lastEpoch: UInt64 = 0
+        for line in lines {
+            let fields = line.split(separator: " ")
+            try #require(fields.count == 3)
+            let epoch = try #require(UInt64(fields[1]))
+            if fields[0] == "B" {
+                #expect(open == nil, "epoch \(epoch) began while epoch \(open?.epoch ?? 0) was held")
+                #expect(epoch > lastEpoch, "epochs must increase: \(epoch) after \(lastEpoch)")
+                open = (epoch, String(fields[2]))
+                lastEpoch = epoch
+            } else {
+                #expect(open?.epoch == epoch && open?.pid == String(fields[2]), "epoch \(epoch) ended while not the holder")
+                open = nil
+            }
+        }
+    }
+}
