@@ -42,6 +42,8 @@ public final class TicketLock: Sendable {
     public static let livenessInterval: Duration = .milliseconds(100)
 
     private let map: MappedFile
+    /// This process's id, recorded in the tickets it takes (read once: `getpid` is a system call).
+    private let pid = UInt32(bitPattern: getpid())
     /// The lock file's path relative to `.baton`.
     public let name: String
 
@@ -156,9 +158,21 @@ public final class TicketLock: Sendable {
         }
     }
 
+    /// Takes the lock only if nobody holds or waits for it; never blocks.
+    /// - Returns: The held ticket, or `nil` when another ticket is outstanding.
+    public func tryAcquire() -> Ticket? {
+        let next = word32(Self.nextOffset)
+        let number = baton_load32(next)
+        guard baton_load32(word32(Self.servingOffset)) == number, baton_cas32(next, number, number &+ 1) != 0 else {
+            return nil
+        }
+        baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
+        return Ticket(number: number)
+    }
+
     private func takeTicket() -> UInt32 {
         let number = baton_add32(word32(Self.nextOffset), 1)
-        baton_store64(owner(number), UInt64(number) << 32 | UInt64(UInt32(bitPattern: getpid())))
+        baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
         return number
     }
 
@@ -172,7 +186,7 @@ public final class TicketLock: Sendable {
     @discardableResult
     public func bumpSequence() -> UInt64 {
         let value = baton_add64(word64(Self.sequenceOffset), 1) &+ 1
-        baton_store64(word64(Self.lastPIDOffset), UInt64(UInt32(bitPattern: getpid())))
+        baton_store64(word64(Self.lastPIDOffset), UInt64(pid))
         return value
     }
 

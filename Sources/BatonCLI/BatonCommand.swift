@@ -11,6 +11,7 @@ struct BatonCommand: AsyncParsableCommand {
             SignalCommand.self,
             PresenceCommand.self,
             RoleCommand.self,
+            LockCommand.self,
             DatabaseCommand.self,
             DatabaseTestCommand.self,
             InboxCommand.self,

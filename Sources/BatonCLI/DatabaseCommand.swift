@@ -128,7 +128,8 @@ struct DatabaseReport {
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw BatonError(.notADatabase, "\(path) is not an SQLite database (its header is wrong)", cause: error)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
-            throw BatonError(.corrupt, "the SQLite database \(path) is corrupt; restore it from a backup", cause: error)
+            // Too damaged to finish the checks: report it as an integrity failure.
+            facts = (["database disk image is malformed (SQLite error \(error.extendedResultCode.rawValue)); restore it from a backup"], "?", 0, 0, 0, [])
         }
         var walInfo = stat()
         let walBytes = stat(path + "-wal", &walInfo) == 0 ? Int(walInfo.st_size) : 0

@@ -17,6 +17,11 @@ extension SharedDatabase {
         /// The size the WAL file is truncated to after a checkpoint that reset it
         /// (`PRAGMA journal_size_limit`), which keeps it bounded. Default 4 MiB.
         public var journalSizeLimit: Int = 4 << 20
+        /// When the WAL file grows past this size (readers that come and go can keep SQLite's
+        /// automatic checkpoints from ever restarting it), a writer runs a `RESTART` checkpoint
+        /// after its commit: it waits (up to the busy timeout) for readers of old snapshots to
+        /// finish, so the next commit starts the WAL over. Default 16 MiB.
+        public var walRestartSize: Int = 16 << 20
         /// Reader connections of this process. Default 5.
         public var maximumReaderCount: Int = 5
         /// Runs on every new connection, after Baton's own settings (for `PRAGMA`s, functions).

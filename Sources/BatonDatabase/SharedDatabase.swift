@@ -49,6 +49,15 @@ public final class SharedDatabase: Sendable {
 
     let writerQueue: TicketLock
     let interruption = InterruptionFlag()
+    /// Writer-connection accesses of this process in flight (writes, data_version checks): the
+    /// fast path runs only when there are none, so GRDB's writer queue is idle.
+    private let writerAccesses = Atomic<Int>(0)
+    /// Commits of this process (for the periodic WAL size check).
+    private let localCommits = Atomic<Int>(0)
+    /// Set while the fast path begins its transaction: SQLite's lock is then tried once.
+    let fastPathActive = InterruptionFlag()
+    /// Set while a writer runs a `RESTART` checkpoint: SQLite's lock waits are kept short.
+    let checkpointing = InterruptionFlag()
     private let state = Mutex(State())
 
     private struct State {
@@ -189,7 +198,9 @@ public final class SharedDatabase: Sendable {
     func makePool() throws -> DatabasePool {
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
-        grdb.busyMode = .timeout(configuration.busyTimeout.timeInterval)
+        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, fastPath: fastPathActive, checkpointing: checkpointing).shouldRetry)
+        // (The fast-path flag also reaches readers, which in WAL mode meet a busy lock only
+        // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
         grdb.observesSuspensionNotifications = false
@@ -262,6 +273,86 @@ public final class SharedDatabase: Sendable {
     private func performWrite<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
         let pool = try enter(writing: true)
         defer { leave() }
+        if let value = try fastWrite(pool, fence: fence, body) { return value }
+        writerAccesses.add(1, ordering: .acquiringAndReleasing)
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        return try await queuedWrite(pool, fence: fence, body)
+    }
+
+    /// The fast path: when no writer of any process holds or waits for the writer queue and
+    /// this process's writer connection is idle, write on the calling thread. It cannot block
+    /// for long: the queue is free, and SQLite's lock is tried once. Returns `nil` when the
+    /// queued path must be taken (someone is queued, or a connection that does not use Baton
+    /// holds SQLite's lock).
+    private func fastWrite<T>(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T? {
+        guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else {
+            return nil
+        }
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        guard let ticket = writerQueue.tryAcquire() else { return nil }
+        do {
+            // GRDB's synchronous access runs on this thread when the writer queue is idle.
+            let outcome = try pool.writeWithoutTransaction { db in
+                try self.immediateTransaction(db, ticket: ticket, fence: fence, body)
+            }
+            if case .done(let value) = outcome { return value }
+            return nil
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    private enum FastOutcome<T> {
+        case done(T)
+        case lockedByAnotherProgram
+    }
+
+    /// The fast path's transaction, on the calling thread, holding `ticket`.
+    private func immediateTransaction<T>(
+        _ db: Database,
+        ticket: TicketLock.Ticket,
+        fence: (any Fence)?,
+        _ body: (Database) throws -> T
+    ) throws -> FastOutcome<T> {
+        defer { writerQueue.release(ticket) }
+        if interruption.isSet { throw suspendedError("write to") }
+        fastPathActive.set(true)
+        do {
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            fastPathActive.set(false)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+            fastPathActive.set(false)
+            return .lockedByAnotherProgram
+        } catch {
+            fastPathActive.set(false)
+            throw error
+        }
+        let result = try finishTransaction(db, fence: fence, body)
+        boundWAL(db)
+        return .done(result)
+    }
+
+    /// Runs the fence check and `body` in the transaction `db` has begun, then commits; rolls
+    /// back when either throws. (Cached `BEGIN`/`COMMIT` statements: GRDB's `inTransaction`
+    /// parses them on every call.)
+    private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T {
+        do {
+            if let fence { try FenceTable.check(fence, in: db) }
+            let result = try body(db)
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
+        }
+    }
+
+    /// The queued path: on GRDB's writer queue, wait for a ticket, then write.
+    private func queuedWrite<T: Sendable>(
+        _ pool: DatabasePool,
+        fence: (any Fence)?,
+        _ body: @Sendable (Database) throws -> T
+    ) async throws -> T {
         let cancelled = InterruptionFlag()
         do {
             return try await withTaskCancellationHandler {
@@ -291,15 +382,11 @@ public final class SharedDatabase: Sendable {
         }
         defer { writerQueue.release(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
-        var result: T?
         let started = ContinuousClock.now
         do {
-            try db.inTransaction(.immediate) {
-                if let fence { try FenceTable.check(fence, in: db) }
-                result = try body(db)
-                return .commit
-            }
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+            if interruption.isSet { throw suspendedError("write to") }
             let waited = Int((ContinuousClock.now - started).timeInterval * 1000)
             throw BatonError(
                 .busy,
@@ -307,10 +394,25 @@ public final class SharedDatabase: Sendable {
                 cause: error
             )
         }
-        guard let result else {
-            throw BatonError(.invalidArgument, "the write transaction ended without running its body")
-        }
+        let result = try finishTransaction(db, fence: fence, body)
+        boundWAL(db)
         return result
+    }
+
+    /// After a commit, still holding the writer queue: when the WAL file has grown past
+    /// ``Configuration/walRestartSize``, checkpoint with `RESTART` so the next commit starts it
+    /// over (and `journal_size_limit` truncates it). Checked every 32nd commit of this process.
+    /// (Readers whose transactions always overlap keep SQLite's passive checkpoints from ever
+    /// restarting the WAL, so it would grow without bound.)
+    private func boundWAL(_ db: Database) {
+        guard localCommits.add(1, ordering: .relaxed).newValue % 32 == 0 else { return }
+        var info = stat()
+        guard stat(path + "-wal", &info) == 0, Int(info.st_size) > configuration.walRestartSize else { return }
+        // Best effort, waiting at most BusyWait.checkpointTimeout for readers of old snapshots
+        // (the other writers wait meanwhile); a failed attempt is retried 32 commits later.
+        checkpointing.set(true)
+        defer { checkpointing.set(false) }
+        _ = try? db.execute(sql: "PRAGMA wal_checkpoint(RESTART)")
     }
 
     // MARK: - Operations and suspension
@@ -351,8 +453,9 @@ public final class SharedDatabase: Sendable {
     /// closes every connection, and makes new reads and writes fail with `suspended`.
     ///
     /// Returns once this process holds no SQLite lock and no Baton lock on the database's files.
-    /// A closure already running keeps running until it returns, but every statement it starts
-    /// fails. Calls nest: each needs a ``resume()``. The container's suspension
+    /// A closure already running is interrupted: its SQL statements fail with `SQLITE_INTERRUPT`
+    /// (`sqlite3_interrupt`, repeated, and a progress handler for long statements), which rolls
+    /// its transaction back; `suspend()` waits until it has returned. Calls nest: each needs a ``resume()``. The container's suspension
     /// (``SharedContainer/suspend()``) suspends the database too.
     public func suspend() async {
         let first = state.withLock { state -> Bool in
@@ -438,6 +541,8 @@ public final class SharedDatabase: Sendable {
     func dataVersion() async throws -> DataVersion {
         let pool = try enter(writing: false)
         defer { leave() }
+        writerAccesses.add(1, ordering: .acquiringAndReleasing)
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
         do {
             let value = try await pool.writeWithoutTransaction { db in
                 try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0

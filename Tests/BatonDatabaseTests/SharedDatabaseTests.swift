@@ -44,6 +44,10 @@ struct FileEpochFence: Fence {
     }
 }
 
+final class Flag: Sendable {
+    let value = Atomic<Bool>(false)
+}
+
 @Suite("Shared database", .serialized)
 struct SharedDatabaseTests {
     @Test("4 processes x 2,000 single-row writes at once: every row present, no error")
@@ -66,6 +70,44 @@ struct SharedDatabaseTests {
             #expect(try await count(database, "SELECT count(DISTINCT seq) FROM item WHERE writer = \(writer)") == 2_000)
         }
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
+        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        #expect(wal <= 5 << 20, "the WAL stays bounded (\(wal) bytes)")
+    }
+
+    @Test("the WAL stays bounded while readers come and go")
+    func walStaysBoundedUnderReaders() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.checkpointPages = 64
+        configuration.journalSizeLimit = 256 << 10
+        configuration.walRestartSize = 1 << 20
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let stop = Flag()
+        // Two readers whose read transactions always overlap: SQLite's passive checkpoints
+        // alone could never start the WAL over.
+        let readers = (0..<2).map { index in
+            Task {
+                if index == 1 { try await Task.sleep(for: .milliseconds(10)) }
+                while !stop.value.load(ordering: .relaxed) {
+                    try await database.read { db in
+                        _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM item")
+                        usleep(20_000)
+                    }
+                }
+            }
+        }
+        let payload = String(repeating: "x", count: 2_000)
+        for seq in 0..<3_000 {
+            try await database.write { db in
+                try db.execute(sql: "INSERT INTO item(writer, seq, text) VALUES (1, ?, ?)", arguments: [seq, payload])
+            }
+        }
+        stop.value.store(true, ordering: .relaxed)
+        for reader in readers { try await reader.value }
+        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        #expect(wal <= 3 << 20, "WAL is \(wal) bytes after 6 MB of commits")
     }
 
     @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
@@ -88,6 +130,30 @@ struct SharedDatabaseTests {
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")
         try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 0)") }
+    }
+
+    @Test("a write that cannot get its turn throws busy, saying who holds the database")
+    func busyNamesTheHolder() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "in-transaction" }
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .milliseconds(300)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        do {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (9, 9)") }
+            Issue.record("a write succeeded while another process held the database")
+        } catch let error as BatonError {
+            #expect(error.code == .busy)
+            #expect((error.cause as? HolderProcess)?.pid == holder.pid, "\(error)")
+            #expect(error.message.contains("\(holder.pid)"))
+        }
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (9, 9)") }
+        #expect(try await count(database) == 1)
     }
 
     @Test("8 processes open a new database at once: all succeed, the schema is created once")
@@ -156,6 +222,79 @@ struct SharedDatabaseTests {
         #expect(database.isSuspended)
         await #expect { try await count(database) } throws: { ($0 as? BatonError)?.code == .suspended }
         #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+    }
+
+    @Test("suspend() abandons a write waiting in the writer queue; the queue goes on")
+    func suspendWhileQueued() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "in-transaction" }
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .seconds(60)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let queued = Task {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        do {
+            try await queued.value
+            Issue.record("the queued write succeeded while another process held the database")
+        } catch let error as BatonError {
+            #expect(error.code == .suspended, "\(error)")
+        }
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        try await database.resume()
+        // Neither the abandoned ticket nor the dead holder's blocks the queue.
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "4"], container: directory.path)
+        #expect(try await writer.wait(timeout: 30) == 0, "writer said: \(writer.lines)")
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 2)") }
+        #expect(try await count(database) == 4)
+    }
+
+    @Test("suspend() interrupts a write waiting for SQLite's lock held by a program that does not use Baton")
+    func suspendWhileBusyInSQLite() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .seconds(60)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        // A plain connection (no Baton) holds the write lock, on a thread of its own.
+        let plain = try DatabaseQueue(path: path)
+        let began = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            try? plain.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                began.signal()
+                release.wait()
+                try db.execute(sql: "ROLLBACK")
+            }
+            finished.signal()
+        }
+        thread.start()
+        began.wait()
+        let blocked = Task {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        do {
+            try await blocked.value
+            Issue.record("a write succeeded while another connection held the write lock")
+        } catch let error as BatonError {
+            #expect(error.code == .suspended, "\(error)")
+        }
+        release.signal()
+        finished.wait()
+        try plain.close()
+        try await database.resume()
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 2)") }
+        #expect(try await count(database) == 1)
     }
 
     @Test("a stale lease's write is rejected and writes nothing")
@@ -305,6 +444,23 @@ struct SharedDatabaseTests {
         await #expect { try await reader.write { db in try db.execute(sql: "DELETE FROM item") } } throws: {
             ($0 as? BatonError)?.code == .notWritable
         }
+    }
+
+    @Test("baton db check reports integrity, journal mode, schema and the processes holding the database")
+    func checkCommand() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let observer = try ChildProcess(["db-test", "observe", path], container: directory.path)
+        try await observer.line(timeout: 30) { $0 == "count 0" }
+        let check = try await runBaton(["db", "check", path, "--json"], container: directory.path)
+        #expect(check.status == 0)
+        let line = try #require(check.lines.first { $0.hasPrefix("{") })
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(report["integrity_ok"] as? Bool == true)
+        #expect(report["journal_mode"] as? String == "wal")
+        #expect(report["migrations"] as? [String] == ["v1"])
+        let holders = try #require(report["holders"] as? [[String: Any]])
+        #expect(holders.contains { ($0["pid"] as? Int) == Int(observer.pid) }, "holders: \(holders)")
     }
 
     @Test("baton db watch prints the commits of other processes")

@@ -87,6 +87,14 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         base.storeBytes(of: UInt32(slotCount).littleEndian, toByteOffset: 12, as: UInt32.self)
         base.storeBytes(of: UInt32(slotSize).littleEndian, toByteOffset: 16, as: UInt32.self)
         base.storeBytes(of: headerChecksum(base).littleEndian, toByteOffset: 20, as: UInt32.self)
+        // Whatever table is in place now (even with a scribbled header) is retired so that every
+        // process sleeping on it wakes up and moves to the new one. The offsets are fixed.
+        if let current = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+           current.size >= headerSize {
+            baton_store32(word(current, 24), 1)
+            baton_add32(word(current, 64), 1)
+            _ = baton_futex_wake_all(word(current, 64))
+        }
         try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
         return fresh
     }

@@ -34,38 +34,33 @@ final class EventCounter: Sendable {
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
     /// task is cancelled (throws `CancellationError`).
     func wait(after seen: UInt64, deadline: Deadline) async throws {
-        guard let instant = deadline.instant else {
-            try await waitForNotification(after: seen)
-            return
-        }
-        if ContinuousClock.now >= instant {
+        if let instant = deadline.instant, ContinuousClock.now >= instant {
             if snapshot() != seen { return }
             throw BatonError(.timedOut, "the deadline passed before the awaited event")
         }
-        let notified = try await withThrowingTaskGroup(of: Bool.self) { group in
-            group.addTask { try await self.waitForNotification(after: seen); return true }
-            group.addTask {
-                try await Task.sleep(until: instant, clock: .continuous)
-                return false
-            }
-            defer { group.cancelAll() }
-            return try await group.next() ?? false
-        }
-        if !notified {
-            throw BatonError(.timedOut, "the deadline passed before the awaited event")
-        }
+        try await waitForNotification(after: seen, deadline: deadline.instant)
     }
 
-    private func waitForNotification(after seen: UInt64) async throws {
+    private func waitForNotification(after seen: UInt64, deadline: ContinuousClock.Instant?) async throws {
         let id = state.withLock { state -> UInt64 in
             state.nextID &+= 1
             return state.nextID
         }
+        let timer = deadline.map { instant in
+            DeadlineTimer.shared.schedule(at: instant) { [self] in
+                let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
+                continuation?.resume(throwing: BatonError(.timedOut, "the deadline passed before the awaited event"))
+            }
+        }
+        defer { if let timer { DeadlineTimer.shared.cancel(timer) } }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let resumeNow = state.withLock { state -> (any Error)?? in
                     if Task.isCancelled { return .some(CancellationError()) }
                     if state.count != seen { return .some(nil) }
+                    if let deadline, ContinuousClock.now >= deadline {
+                        return .some(BatonError(.timedOut, "the deadline passed before the awaited event"))
+                    }
                     state.waiters[id] = (seen, continuation)
                     return .none
                 }

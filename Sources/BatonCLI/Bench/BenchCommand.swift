@@ -53,6 +53,7 @@ protocol BenchSuite: SendableMetatype {
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
     RolesBench.self,
+    DatabaseBench.self,
     InboxBench.self,
 ]
 

@@ -18,14 +18,19 @@ enum SignalsBench: BenchSuite {
         let rounds = quick ? 2_000 : 20_000
         let fanRounds = quick ? 50 : 300
 
+        FileHandleOutput.standardError("signals: futex ping-pong")
         let futexOneWay = try pingPongFutex(container: path, shm: shm, rounds: rounds)
+        FileHandleOutput.standardError("signals: pipe ping-pong")
         let pipeOneWay = try pingPongPipe(container: path, rounds: rounds)
+        FileHandleOutput.standardError("signals: Baton signal ping-pong")
         let signalOneWay = try await pingPongSignals(container: container, path: path, rounds: rounds)
+        FileHandleOutput.standardError("signals: raw futex wake of \(fanout) processes")
         let fanFutex = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "futex-fan", post: {
             baton_add32(word(shm, fanOffset), 1)
             _ = baton_futex_wake_all(word(shm, fanOffset))
         })
         let signals = try container.signals
+        FileHandleOutput.standardError("signals: Baton signal fan-out to \(fanout) processes")
         let fanSignals = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "signal-fan", post: {
             try signals.post("bench.fan", state: monotonicNanoseconds())
         })
@@ -63,6 +68,7 @@ enum SignalsBench: BenchSuite {
         baton_store32(ping, 0)
         let worker = try WorkerProcess(suite: name, container: container, arguments: ["futex-pong"])
         try worker.waitReady()
+        defer { withExtendedLifetime(worker) {} }
         var samples: [Double] = []
         samples.reserveCapacity(rounds)
         let warmup = rounds / 10
@@ -99,6 +105,7 @@ enum SignalsBench: BenchSuite {
         let pongs = try signals.observe("bench.pong")
         let worker = try WorkerProcess(suite: name, container: path, arguments: ["signal-pong"])
         try worker.waitReady()
+        defer { withExtendedLifetime(worker) {} }
         var samples: [Double] = []
         let warmup = rounds / 10
         for index in 0..<(rounds + warmup) {
@@ -119,6 +126,7 @@ enum SignalsBench: BenchSuite {
             try WorkerProcess(suite: name, container: container, arguments: [mode, String(index)])
         }
         for worker in workers { try worker.waitReady() }
+        defer { withExtendedLifetime(workers) {} }
         var samples: [Double] = []
         let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
         for round in 1...(rounds + 5) {

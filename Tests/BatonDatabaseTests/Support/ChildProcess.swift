@@ -1,10 +1,10 @@
+// A copy of Tests/BatonTests/Support/ChildProcess.swift (test targets cannot share sources).
+
 import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
-
-// A copy of Tests/BatonTests/Support/ChildProcess.swift (test targets cannot share sources).
 
 /// A real child process of the package's own `baton` executable, for tests.
 ///
@@ -16,6 +16,7 @@ final class ChildProcess: Sendable {
     let arguments: [String]
     private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
     private let exitStatus = Mutex<Int32?>(nil)
+    private let errorOutput = Mutex<[String]>([])
 
     /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
     static var executable: String {
@@ -35,6 +36,10 @@ final class ChildProcess: Sendable {
         environment["BATON_DIE_WITH_PARENT"] = "1"
         for (key, value) in extra { environment[key] = value }
 
+        var errorPipe: [Int32] = [0, 0]
+        guard Glibc.pipe(&errorPipe) == 0 else { throw POSIXError(.EIO) }
+        _ = fcntl(errorPipe[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(errorPipe[1], F_SETFD, FD_CLOEXEC)
         var pipe: [Int32] = [0, 0]
         guard Glibc.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
         _ = fcntl(pipe[0], F_SETFD, FD_CLOEXEC)
@@ -43,6 +48,7 @@ final class ChildProcess: Sendable {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
         let argv = ([Self.executable] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
@@ -52,17 +58,22 @@ final class ChildProcess: Sendable {
         var pid: pid_t = 0
         let result = posix_spawn(&pid, Self.executable, &actions, nil, argv, envp)
         Glibc.close(pipe[1])
+        Glibc.close(errorPipe[1])
         guard result == 0 else {
+            Glibc.close(errorPipe[0])
             Glibc.close(pipe[0])
             throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO)
         }
         self.pid = pid
         let readFD = pipe[0]
-        let thread = Thread { [self] in self.readLines(readFD) }
+        let thread = Thread { [self] in self.readLines(readFD, errors: false) }
         thread.start()
+        let errorFD = errorPipe[0]
+        let errorThread = Thread { [self] in self.readLines(errorFD, errors: true) }
+        errorThread.start()
     }
 
-    private func readLines(_ fd: Int32) {
+    private func readLines(_ fd: Int32, errors: Bool) {
         var pending = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -73,16 +84,26 @@ final class ChildProcess: Sendable {
             while let newline = pending.firstIndex(of: 10) {
                 let line = String(decoding: pending[..<newline], as: UTF8.self)
                 pending.removeSubrange(...newline)
-                output.withLock { $0.lines.append(line) }
+                append(line, errors: errors)
             }
         }
         if !pending.isEmpty {
-            let line = String(decoding: pending, as: UTF8.self)
-            output.withLock { $0.lines.append(line) }
+            append(String(decoding: pending, as: UTF8.self), errors: errors)
         }
         Glibc.close(fd)
-        output.withLock { $0.closed = true }
+        if !errors { output.withLock { $0.closed = true } }
     }
+
+    private func append(_ line: String, errors: Bool) {
+        if errors {
+            errorOutput.withLock { $0.append(line) }
+        } else {
+            output.withLock { $0.lines.append(line) }
+        }
+    }
+
+    /// Every line the child wrote to standard error so far.
+    var errorLines: [String] { errorOutput.withLock { $0 } }
 
     /// Every line printed so far.
     var lines: [String] { output.withLock { $0.lines } }
@@ -105,7 +126,7 @@ final class ChildProcess: Sendable {
             if closed { throw TestFailure("output of baton \(arguments.joined(separator: " ")) closed before the expected line; got: \(lines)") }
             try await Task.sleep(for: .milliseconds(2))
         }
-        throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines)")
+        throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines), stderr: \(errorLines)")
     }
 
     func signal(_ number: Int32) { Glibc.kill(pid, number) }
@@ -142,12 +163,12 @@ final class ChildProcess: Sendable {
 }
 
 /// Runs `baton <arguments>` to completion and returns its status and output lines.
-func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String]) {
+func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
     let child = try ChildProcess(arguments, container: container)
     let status = try await child.wait(timeout: timeout)
     // Give the reader thread a moment to drain the pipe.
     for _ in 0..<200 where !child.outputClosed { try await Task.sleep(for: .milliseconds(5)) }
-    return (status, child.lines)
+    return (status, child.lines, child.errorLines)
 }
 
 extension ChildProcess {

@@ -1,0 +1,76 @@
+import CBatonShims
+import Synchronization
+
+/// Fires callbacks at deadlines from one kernel-wait thread per process, so that a wait with a
+/// deadline costs a heap insertion instead of a sleeping child task.
+final class DeadlineTimer: @unchecked Sendable {
+    // @unchecked: `entries` live in `state` (a Mutex); `word` is only touched through atomics
+    // and futex calls.
+    static let shared = DeadlineTimer()
+
+    private struct Entry {
+        var when: ContinuousClock.Instant
+        var id: UInt64
+        var fire: @Sendable () -> Void
+    }
+
+    private struct State {
+        var entries: [UInt64: Entry] = [:]
+        var nextID: UInt64 = 0
+        var started = false
+    }
+
+    private let state = Mutex(State())
+    /// The timer thread sleeps on this word; schedule() bumps it when an earlier deadline arrives.
+    private let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+
+    private init() { word.initialize(to: 0) }
+
+    /// Calls `fire` (on the timer thread) at `when` unless cancelled first. Returns a token.
+    func schedule(at when: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
+        let (id, start, earliest) = state.withLock { state -> (UInt64, Bool, Bool) in
+            state.nextID &+= 1
+            let earliest = state.entries.values.allSatisfy { $0.when > when }
+            state.entries[state.nextID] = Entry(when: when, id: state.nextID, fire: fire)
+            let start = !state.started
+            state.started = true
+            return (state.nextID, start, earliest)
+        }
+        if start {
+            KernelThread.spawn(name: "baton-timer") { [self] in self.run() }
+        } else if earliest {
+            baton_add32(word, 1)
+            _ = baton_futex_wake(word, 1)
+        }
+        return id
+    }
+
+    /// Cancels a scheduled callback; harmless if it already fired.
+    func cancel(_ id: UInt64) {
+        state.withLock { _ = $0.entries.removeValue(forKey: id) }
+    }
+
+    private func run() {
+        while true {
+            let seen = baton_load32(word)
+            let now = ContinuousClock.now
+            let (due, next) = state.withLock { state -> ([Entry], ContinuousClock.Instant?) in
+                var due: [Entry] = []
+                var next: ContinuousClock.Instant?
+                for (id, entry) in state.entries {
+                    if entry.when <= now {
+                        due.append(entry)
+                        state.entries[id] = nil
+                    } else if next.map({ entry.when < $0 }) ?? true {
+                        next = entry.when
+                    }
+                }
+                return (due, next)
+            }
+            for entry in due { entry.fire() }
+            if !due.isEmpty { continue }
+            let timeout = next.map { max(($0 - ContinuousClock.now).nanoseconds, 0) } ?? -1
+            _ = baton_futex_wait(word, seen, timeout)
+        }
+    }
+}

@@ -1,0 +1,276 @@
+import Baton
+import BatonDatabase
+import CBatonShims
+import GRDB
+import GRDBSQLite
+
+/// `baton bench database`: single-row commits per second with 1 and 4 writer processes, the
+/// longest wait of any writer, and the time from a commit in one process to a fresh value in an
+/// observer of another, beside raw SQLite through its C API (WAL, synchronous=NORMAL, busy
+/// timeout 5 s) measured in the same run.
+enum DatabaseBench: BenchSuite {
+    static let name = "database"
+    static let shmName = "bench-database.shm"
+
+    static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
+        let container = try SharedContainer(path: path)
+        let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
+        let commits = quick ? 2_000 : 20_000
+        let rounds = quick ? 200 : 1_000
+        let rawPath = path + "/raw.sqlite", batonPath = path + "/baton.sqlite"
+        // Create both databases first (the Baton one through its migrator).
+        _ = try await SharedDatabase.open(at: batonPath, container: container, migrator: migrator)
+        try RawSQLite(path: rawPath).close()
+
+        // Alternate raw and Baton runs, twice each, so that load from other processes of the
+        // machine hits both sides alike: best rate, worst wait and fairness of the two runs.
+        var raw1 = WriterFigures.none, baton1 = WriterFigures.none, raw4 = WriterFigures.none, baton4 = WriterFigures.none
+        for _ in 0..<2 {
+            raw1 = raw1.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 1, commits: commits))
+            baton1 = baton1.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 1, commits: commits))
+            raw4 = raw4.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 4, commits: commits / 4))
+            baton4 = baton4.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 4, commits: commits / 4))
+        }
+
+        let rawLatency = try await observerLatency(mode: "raw", path: rawPath, container: container, containerPath: path, shm: shm, rounds: rounds)
+        let batonLatency = try await observerLatency(mode: "baton", path: batonPath, container: container, containerPath: path, shm: shm, rounds: rounds)
+
+        let results = [
+            BenchResult(name: "commits_per_s_1_writer", value: baton1.rate, unit: "commits/s", floorName: "raw_sqlite_1_writer", floor: raw1.rate),
+            BenchResult(name: "commits_per_s_4_writers", value: baton4.rate, unit: "commits/s", floorName: "baton_1_writer", floor: baton1.rate),
+            BenchResult(name: "commits_per_s_4_writers_vs_raw", value: baton4.rate, unit: "commits/s", floorName: "raw_sqlite_4_writers", floor: raw4.rate),
+            BenchResult(name: "longest_wait_4_writers_ms", value: baton4.longestWait, unit: "ms", floorName: "raw_sqlite_4_writers_longest_wait_ms", floor: raw4.longestWait),
+            BenchResult(name: "fewest_commits_share_4_writers", value: baton4.fairness, unit: "fraction", floorName: "raw_sqlite_4_writers", floor: raw4.fairness),
+            BenchResult(name: "commit_to_observer_p50_ms", value: percentile(batonLatency, 50), unit: "ms", floorName: "raw_commit_futex_wake_read_p50_ms", floor: percentile(rawLatency, 50)),
+            BenchResult(name: "commit_to_observer_p99_ms", value: percentile(batonLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
+        ]
+        return (results, [
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run twice, alternating raw and Baton; rate = total / wall time (best run); longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
+            "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
+            "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+        ])
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("bench") { db in
+            try db.execute(sql: "CREATE TABLE IF NOT EXISTS bench (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, stamp INTEGER NOT NULL)")
+        }
+        return migrator
+    }
+
+    struct WriterFigures {
+        var rate: Double
+        var longestWait: Double
+        var fairness: Double
+
+        static let none = WriterFigures(rate: 0, longestWait: 0, fairness: 1)
+
+        /// Best rate, worst longest wait, worst fairness.
+        func merged(_ other: WriterFigures) -> WriterFigures {
+            WriterFigures(rate: max(rate, other.rate), longestWait: max(longestWait, other.longestWait), fairness: min(fairness, other.fairness))
+        }
+    }
+
+    /// Starts `processes` writers, lets them go together, collects their figures.
+    private static func writers(mode: String, path: String, container: String, processes: Int, commits: Int) throws -> WriterFigures {
+        let workers = try (0..<processes).map { index in
+            try WorkerProcess(suite: name, container: container, arguments: [mode, path, String(commits), String(index)])
+        }
+        for worker in workers { try worker.waitReady() }
+        let start = monotonicNanoseconds()
+        for worker in workers { worker.send("go \(start)") }
+        var longest = 0.0
+        var end = start
+        for worker in workers {
+            guard let line = worker.receiveLine() else {
+                throw BatonError(.invalidArgument, "database bench worker \(worker.pid) died")
+            }
+            let fields = line.split(separator: " ")
+            guard fields.count == 4, fields[0] == "result", let finished = UInt64(fields[2]), let wait = Double(fields[3]) else {
+                throw BatonError(.invalidArgument, "database bench worker \(worker.pid) said: \(line)")
+            }
+            end = max(end, finished)
+            longest = max(longest, wait / 1e6)
+        }
+        // Fairness: how many commits each writer finished by the middle of the run.
+        let middle = start + (end - start) / 2
+        var shares: [Double] = []
+        for worker in workers {
+            worker.send("middle \(middle)")
+            guard let line = worker.receiveLine(), let done = Double(line) else { continue }
+            shares.append(done)
+        }
+        let total = Double(commits * processes)
+        let fairShare = shares.reduce(0, +) / Double(max(processes, 1))
+        let fairness = fairShare > 0 ? (shares.min() ?? 0) / fairShare : 0
+        return WriterFigures(rate: total / (Double(end - start) / 1e9), longestWait: longest, fairness: fairness)
+    }
+
+    /// Paced commits from this process; the observer worker reports each latency.
+    private static func observerLatency(mode: String, path: String, container: SharedContainer, containerPath: String, shm: MappedFile, rounds: Int) async throws -> [Double] {
+        let wake = shm.pointer.assumingMemoryBound(to: UInt32.self)
+        let worker = try WorkerProcess(suite: name, container: containerPath, arguments: ["\(mode)-observe", path])
+        try worker.waitReady()
+        var samples: [Double] = []
+        let database = mode == "baton" ? try await SharedDatabase.open(at: path, container: container, migrator: migrator) : nil
+        let raw = mode == "raw" ? try RawSQLite(path: path) : nil
+        defer { try? raw?.close() }
+        let warmup = rounds / 10
+        for round in 0..<(rounds + warmup) {
+            if let database {
+                try await database.write { db in
+                    try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (-1, ?)").execute(arguments: [Int64(bitPattern: monotonicNanoseconds())])
+                }
+            } else if let raw {
+                try raw.insert(writer: -1, stampNow: true)
+                baton_add32(wake, 1)
+                _ = baton_futex_wake_all(wake)
+            }
+            guard let line = worker.receiveLine(), let latency = Double(line) else {
+                throw BatonError(.invalidArgument, "database bench observer \(worker.pid) stopped")
+            }
+            if round >= warmup { samples.append(latency / 1e6) }
+            usleep(1_000)
+        }
+        return samples
+    }
+
+    // MARK: Workers
+
+    static func worker(arguments: [String], container path: String) async throws {
+        guard arguments.count >= 2 else { throw BatonError(.invalidArgument, "database bench worker needs MODE PATH") }
+        let container = try SharedContainer(path: path)
+        let databasePath = arguments[1]
+        switch arguments[0] {
+        case "raw-write", "baton-write":
+            let commits = Int(arguments[2]) ?? 0
+            let writer = Int64(arguments[3]) ?? 0
+            var finishTimes: [UInt64] = []
+            finishTimes.reserveCapacity(commits)
+            var longest: UInt64 = 0
+            let database = arguments[0] == "baton-write" ? try await SharedDatabase.open(at: databasePath, container: container, migrator: migrator) : nil
+            let raw = arguments[0] == "raw-write" ? try RawSQLite(path: databasePath) : nil
+            emit("ready")
+            _ = readStandardInputLine()
+            for _ in 0..<commits {
+                let begin = monotonicNanoseconds()
+                if let database {
+                    try await database.write { db in
+                        try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (?, ?)").execute(arguments: [writer, Int64(bitPattern: begin)])
+                    }
+                } else if let raw {
+                    try raw.insert(writer: writer, stampNow: false, stamp: begin)
+                }
+                let end = monotonicNanoseconds()
+                longest = max(longest, end - begin)
+                finishTimes.append(end)
+            }
+            try raw?.close()
+            emit("result \(commits) \(finishTimes.last ?? 0) \(longest)")
+            if let line = readStandardInputLine(), line.hasPrefix("middle "), let middle = UInt64(line.dropFirst(7)) {
+                emit("\(finishTimes.filter { $0 <= middle }.count)")
+            }
+        case "baton-observe":
+            let database = try await SharedDatabase.open(at: databasePath, container: container, migrator: migrator)
+            var values = database.observe { db in
+                try Int64.fetchOne(db, sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1")
+            }.makeAsyncIterator()
+            var last = try await values.next() ?? nil
+            emit("ready")
+            while let value = try await values.next() {
+                guard let stamp = value, stamp != last else { continue }
+                last = stamp
+                emit("\(monotonicNanoseconds() &- UInt64(bitPattern: stamp))")
+            }
+        case "raw-observe":
+            let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
+            let wake = shm.pointer.assumingMemoryBound(to: UInt32.self)
+            let raw = try RawSQLite(path: databasePath)
+            var seen = baton_load32(wake)
+            emit("ready")
+            while true {
+                _ = baton_futex_wait(wake, seen, -1)
+                let now = baton_load32(wake)
+                guard now != seen else { continue }
+                seen = now
+                let stamp = try raw.latestStamp()
+                emit("\(monotonicNanoseconds() &- UInt64(bitPattern: stamp))")
+            }
+        default:
+            throw BatonError(.invalidArgument, "unknown database bench worker \(arguments)")
+        }
+    }
+}
+
+/// SQLite through its C API, with the settings the shared database uses: the benchmark's floor.
+final class RawSQLite {
+    private var connection: OpaquePointer?
+    private var insertStatement: OpaquePointer?
+    private var begin: OpaquePointer?
+    private var commit: OpaquePointer?
+    private var latest: OpaquePointer?
+
+    init(path: String) throws {
+        guard sqlite3_open_v2(path, &connection, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil) == SQLITE_OK else {
+            throw error("open")
+        }
+        sqlite3_busy_timeout(connection, 5_000)
+        try execute("PRAGMA journal_mode = WAL")
+        try execute("PRAGMA synchronous = NORMAL")
+        try execute("CREATE TABLE IF NOT EXISTS bench (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, stamp INTEGER NOT NULL)")
+        insertStatement = try prepare("INSERT INTO bench(writer, stamp) VALUES (?, ?)")
+        begin = try prepare("BEGIN IMMEDIATE")
+        commit = try prepare("COMMIT")
+        latest = try prepare("SELECT stamp FROM bench ORDER BY id DESC LIMIT 1")
+    }
+
+    private func error(_ doing: String) -> BatonError {
+        BatonError(.systemCallFailed, "raw SQLite \(doing) failed: \(String(cString: sqlite3_errmsg(connection)))")
+    }
+
+    private func execute(_ sql: String) throws {
+        guard sqlite3_exec(connection, sql, nil, nil, nil) == SQLITE_OK else { throw error(sql) }
+    }
+
+    private func prepare(_ sql: String) throws -> OpaquePointer? {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(connection, sql, -1, &statement, nil) == SQLITE_OK else { throw error(sql) }
+        return statement
+    }
+
+    private func step(_ statement: OpaquePointer?, _ what: String) throws {
+        defer { sqlite3_reset(statement) }
+        let code = sqlite3_step(statement)
+        guard code == SQLITE_DONE || code == SQLITE_ROW else { throw error(what) }
+    }
+
+    /// One single-row transaction: BEGIN IMMEDIATE, INSERT, COMMIT.
+    func insert(writer: Int64, stampNow: Bool, stamp: UInt64 = 0) throws {
+        try step(begin, "BEGIN IMMEDIATE")
+        sqlite3_bind_int64(insertStatement, 1, writer)
+        sqlite3_bind_int64(insertStatement, 2, Int64(bitPattern: stampNow ? monotonicNanoseconds() : stamp))
+        do {
+            try step(insertStatement, "INSERT")
+            try step(commit, "COMMIT")
+        } catch {
+            sqlite3_exec(connection, "ROLLBACK", nil, nil, nil)
+            throw error
+        }
+    }
+
+    func latestStamp() throws -> Int64 {
+        defer { sqlite3_reset(latest) }
+        guard sqlite3_step(latest) == SQLITE_ROW else { throw error("SELECT") }
+        return sqlite3_column_int64(latest, 0)
+    }
+
+    func close() throws {
+        for statement in [insertStatement, begin, commit, latest] { sqlite3_finalize(statement) }
+        insertStatement = nil; begin = nil; commit = nil; latest = nil
+        if connection != nil { sqlite3_close_v2(connection) }
+        connection = nil
+    }
+
+    deinit { try? close() }
+}

@@ -1,0 +1,39 @@
+import ArgumentParser
+import Baton
+
+struct LockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock",
+        abstract: "Take a cross-process file lock under the container's .baton directory.",
+        subcommands: [Hold.self]
+    )
+
+    struct Hold: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Wait for the lock, print 'acquired', hold it until SIGTERM or SIGINT. Exit 3 on timeout.")
+        @OptionGroup var options: ContainerOptions
+        @Argument(help: "The lock file name, relative to .baton (e.g. locks/demo.lock).") var name: String
+        @Flag(help: "Take a shared lock instead of an exclusive one.") var shared = false
+        @Option(help: "Give up after this many seconds.") var timeout: Double?
+        @Option(help: "Release after this many seconds instead of waiting for a signal.") var hold: Double?
+
+        func run() async throws {
+            let lock = try FileLock(try options.open(), name: name)
+            let held: HeldFileLock
+            do {
+                held = try await lock.lock(shared ? .shared : .exclusive, deadline: timeout.map { .seconds($0) } ?? .never)
+            } catch let error as BatonError where error.code == .timedOut {
+                emit("timeout")
+                throw ExitCode(3)
+            }
+            emit("acquired")
+            if let hold {
+                try await Task.sleep(for: .milliseconds(Int(hold * 1000)))
+            } else {
+                await TerminationSignal.wait()
+            }
+            held.release()
+            emit("released")
+        }
+    }
+}

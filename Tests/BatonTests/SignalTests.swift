@@ -1,0 +1,123 @@
+import Baton
+import Foundation
+import Testing
+
+@Suite("Signals across processes")
+struct SignalTests {
+    @Test("a post reaches 16 watching processes")
+    func postReachesSixteenWatchers() async throws {
+        let directory = try TemporaryContainer()
+        let watchers = try (0..<16).map { _ in
+            try ChildProcess(["signal", "watch", "fanout", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        }
+        for watcher in watchers { try await watcher.line(timeout: 60) { $0 == "ready" } }
+        let container = try SharedContainer(path: directory.path)
+        try container.signals.post("fanout", state: 4242)
+        for watcher in watchers {
+            let line = try await watcher.line(timeout: 30) { $0.hasPrefix("fanout") }
+            #expect(line == "fanout state=4242")
+            #expect(try await watcher.wait() == 0)
+        }
+    }
+
+    @Test("every post after the observation started is followed by a delivery; posts coalesce")
+    func deliveriesFollowPosts() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let signals = try container.signals
+        try signals.post("early", state: 1)  // before observing: not owed
+        let observation = try signals.observe("early")
+        await #expect(throws: BatonError.self) { try await observation.next(deadline: .after(.milliseconds(100))) }
+        for value in 2...50 { try signals.post("early", state: UInt64(value)) }
+        let delivery = try await observation.next(deadline: .after(.seconds(10)))
+        #expect(delivery.name == "early")
+        // Coalesced or not, the last state is what a late reader sees.
+        var last = delivery.state
+        while let next = try? await observation.next(deadline: .after(.milliseconds(200))) { last = next.state }
+        #expect(last == 50)
+        #expect(try signals.state(of: "early") == 50)
+    }
+
+    @Test("a post from another process wakes an in-process observer")
+    func crossProcessPost() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let observation = try container.signals.observe("from-child")
+        let result = try await runBaton(["signal", "post", "from-child", "--state", "77"], container: directory.path)
+        #expect(result.status == 0)
+        let delivery = try await observation.next(deadline: .after(.seconds(10)))
+        #expect(delivery.state == 77)
+    }
+
+    @Test("a corrupt signal table is rebuilt and observers keep working")
+    func corruptTableIsRebuilt() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let signals = try container.signals
+        try signals.post("survivor", state: 5)
+        let watcher = try ChildProcess(["signal", "watch", "survivor", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        try await watcher.line(timeout: 60) { $0 == "ready" }
+
+        // Scribble over the header and the first slots.
+        let path = directory.path + "/.baton/signals"
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.seek(toOffset: 0)
+        handle.write(Data(repeating: 0xA5, count: 8192))
+        try handle.close()
+
+        // A fresh process sees the bad header, rebuilds, and its post still reaches the watcher
+        // (which moves to the new table when the old one is retired).
+        let result = try await runBaton(["signal", "post", "survivor", "--state", "9"], container: directory.path)
+        #expect(result.status == 0)
+        let line = try await watcher.line(timeout: 30) { $0.hasPrefix("survivor") }
+        #expect(line.hasPrefix("survivor state="))
+        #expect(try await watcher.wait() == 0)
+        let header = try Data(contentsOf: URL(fileURLWithPath: path)).prefix(8)
+        #expect(header == Data("BATNSIG1".utf8))
+    }
+
+    @Test("scribbled slots behind a valid header are detected by checksum and rebuilt")
+    func corruptSlotsAreRebuilt() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        for index in 0..<64 { try container.signals.post("name-\(index)", state: UInt64(index)) }
+        let path = directory.path + "/.baton/signals"
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.seek(toOffset: 4096)
+        handle.write(Data(repeating: 0x5A, count: 1 << 20))
+        try handle.close()
+        // Another process finds the bad slots while looking up a name, rebuilds the table and
+        // posts; the table holds nothing durable, so the states start over.
+        let result = try await runBaton(["signal", "post", "name-3", "--state", "33"], container: directory.path)
+        #expect(result.status == 0)
+        let fresh = try SharedContainer(path: directory.path)
+        #expect(try fresh.signals.state(of: "name-3") == 33)
+        #expect(try fresh.signals.state(of: "name-4") == 0)
+    }
+
+    @Test("bad signal names are refused with invalidName", arguments: ["", String(repeating: "x", count: 129), "nul\u{0}inside"])
+    func badNames(name: String) throws {
+        let directory = try TemporaryContainer()
+        let signals = try SharedContainer(path: directory.path).signals
+        #expect { try signals.post(name) } throws: { ($0 as? BatonError)?.code == .invalidName }
+        #expect { _ = try signals.observe(name) } throws: { ($0 as? BatonError)?.code == .invalidName }
+    }
+
+    @Test("a 128-byte UTF-8 name is accepted")
+    func longestName() throws {
+        let directory = try TemporaryContainer()
+        let signals = try SharedContainer(path: directory.path).signals
+        let name = String(repeating: "é", count: 64)  // 128 bytes
+        try signals.post(name, state: 3)
+        #expect(try signals.state(of: name) == 3)
+    }
+
+    @Test("the command line reports a bad name and times out with status 1")
+    func commandLineErrors() async throws {
+        let directory = try TemporaryContainer()
+        let bad = try await runBaton(["signal", "post", String(repeating: "y", count: 200)], container: directory.path)
+        #expect(bad.status != 0)
+        let timeout = try await runBaton(["signal", "watch", "quiet", "--timeout", "0.3"], container: directory.path)
+        #expect(timeout.status == 1)
+    }
+}
