@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
         .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
+        .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -38,6 +39,22 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "BatonLoopback",
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "BatonExtensionSample",
+            dependencies: [
+                "Baton",
+                "BatonDatabase",
+                "BatonLoopback",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "BatonSimulator",
             dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
             swiftSettings: swiftSettings
@@ -47,6 +64,7 @@ let package = Package(
             dependencies: [
                 "Baton",
                 "BatonDatabase",
+                "BatonLoopback",
                 "BatonSimulator",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Baton
 import BatonDatabase
+import BatonLoopback
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else

@@ -143,6 +143,14 @@ struct InboxTests {
         #expect(stats["pending"] == 0)
     }
 
+    @Test func anExtensionThatCannotGetItsMessageReturnsTimedOut() async throws {
+        let container = try TemporaryContainer()
+        // No app, no source: nobody will ever store it.
+        let result = try await runBaton(["inbox", "extension", "--timeout", "1.5", "--margin", "1", "never"], container: container.path, timeout: 30)
+        #expect(result.status == 1)
+        #expect(result.lines.contains { $0.contains("\"timedOut\"") && $0.contains("never") }, "\(result.lines)")
+    }
+
     @Test func aBurstOf25PushesRunsTheSourceOnceAndShowsEachMessageOnce() async throws {
         let container = try TemporaryContainer()
         let server = try await Server(container: container.path)

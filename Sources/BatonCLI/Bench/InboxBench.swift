@@ -1,5 +1,6 @@
 import Baton
 import BatonDatabase
+import BatonLoopback
 import CBatonShims
 import GRDB
 import Synchronization
@@ -29,26 +30,34 @@ enum InboxBench: BenchSuite {
         let burstSize = 50
         let rounds = quick ? 1 : 3
 
-        // Already stored: one message in the inbox database.
+        // Already stored: one message in the inbox database. The extension is the sample built
+        // the way the README recommends; the floor is the same binary reading the row with GRDB.
+        sync()
+        let sample = sampleExecutable()
         let inbox = try await Inbox.open(container: container)
         try await inbox.store(IncomingMessage(id: "stored", payload: Data("hello".utf8)))
-        let dbPath = path + "/" + Inbox.defaultFileName
-        var extensionTimes: [Double] = [], rawTimes: [Double] = []
-        var extensionMemory: [(Double, Double)] = [], rawMemory: [(Double, Double)] = []
+        var extensionRuns: [SampleRun] = [], rawRuns: [SampleRun] = []
         for _ in 0..<starts {
-            let (time, memory) = try timedWorker(path, ["extension", "stored", dbPath, "0", "0"])
-            extensionTimes.append(time)
-            extensionMemory.append(memory)
-            let (rawTime, rawMem) = try timedWorker(path, ["raw-read", "stored", dbPath])
-            rawTimes.append(rawTime)
-            rawMemory.append(rawMem)
+            extensionRuns.append(try runSample(sample, [path, "stored"]))
+            rawRuns.append(try runSample(sample, ["--raw-read", path, "stored"]))
+        }
+        // An extension that becomes the executor and runs the (loopback) core.
+        var executorRuns: [SampleRun] = []
+        for round in 0..<(quick ? 1 : 3) {
+            let server = try WorkerProcess(suite: name, container: path, arguments: ["server"])
+            guard let line = server.receiveLine(), line.hasPrefix("listening "), let port = UInt16(line.dropFirst("listening ".count)) else {
+                throw BatonError(.invalidArgument, "the loopback server did not start")
+            }
+            for index in 0..<10 {
+                _ = try LoopbackMessageSource.command("PUSH e\(round)-\(index) \(Hex.encode(Array("payload \(index)".utf8)))", port: port)
+            }
+            executorRuns.append(try runSample(sample, [path, "e\(round)-9", String(port)]))
         }
 
         // Bursts.
         var batonTotals: [Double] = [], naiveTotals: [Double] = []
         var batonPerMessage: [Double] = [], naivePerMessage: [Double] = []
         var batonCores: [Int] = [], naiveCores: [Int] = []
-        var executorMemory: [(Double, Double)] = []
         for round in 0..<rounds {
             for naive in [false, true] {
                 let result = try burst(path, size: burstSize, naive: naive, database: path + "/burst-\(naive ? "naive" : "baton")-\(round).sqlite")
@@ -56,67 +65,112 @@ enum InboxBench: BenchSuite {
                     naiveTotals.append(result.total); naivePerMessage += result.perMessage; naiveCores.append(result.cores)
                 } else {
                     batonTotals.append(result.total); batonPerMessage += result.perMessage; batonCores.append(result.cores)
-                    executorMemory += result.memory
                 }
             }
         }
 
-        let peak = { (samples: [(Double, Double)]) in samples.map(\.0).max() ?? .nan }
-        let dirty = { (samples: [(Double, Double)]) in percentile(samples.map(\.1), 50) }
+        let mib = { (values: [Int]) in Double(values.max() ?? -1) / 1024 }
+        let p50mib = { (values: [Int]) in percentile(values.map(Double.init), 50) / 1024 }
         let results = [
-            BenchResult(name: "extension_start_to_stored_message_p50_ms", value: percentile(extensionTimes, 50), unit: "ms",
-                        floorName: "grdb_process_start_read_row_p50_ms", floor: percentile(rawTimes, 50)),
+            BenchResult(name: "extension_start_to_stored_message_p50_ms", value: percentile(extensionRuns.map(\.milliseconds), 50), unit: "ms",
+                        floorName: "grdb_process_start_read_row_p50_ms", floor: percentile(rawRuns.map(\.milliseconds), 50)),
             BenchResult(name: "burst50_total_ms", value: percentile(batonTotals, 50), unit: "ms",
                         floorName: "naive_burst50_total_ms", floor: percentile(naiveTotals, 50)),
             BenchResult(name: "burst50_per_message_p50_ms", value: percentile(batonPerMessage, 50), unit: "ms",
                         floorName: "naive_burst50_per_message_p50_ms", floor: percentile(naivePerMessage, 50)),
-            BenchResult(name: "extension_peak_rss_mib", value: peak(extensionMemory), unit: "MiB",
-                        floorName: "grdb_read_row_peak_rss_mib", floor: peak(rawMemory)),
-            BenchResult(name: "extension_private_dirty_p50_mib", value: dirty(extensionMemory), unit: "MiB",
-                        floorName: "grdb_read_row_private_dirty_p50_mib", floor: dirty(rawMemory)),
-            BenchResult(name: "executor_extension_peak_rss_mib", value: peak(executorMemory), unit: "MiB",
+            BenchResult(name: "extension_peak_rss_mib", value: mib(extensionRuns.map(\.maxrssKB)), unit: "MiB",
+                        floorName: "grdb_read_row_peak_rss_mib", floor: mib(rawRuns.map(\.maxrssKB))),
+            BenchResult(name: "extension_peak_rss_vs_ios_limit_mib", value: mib(extensionRuns.map(\.maxrssKB)), unit: "MiB",
                         floorName: "ios_nse_limit_mib", floor: 24),
-            BenchResult(name: "extension_peak_rss_vs_limit_mib", value: peak(extensionMemory), unit: "MiB",
+            BenchResult(name: "executor_extension_peak_rss_mib", value: mib(executorRuns.map(\.maxrssKB)), unit: "MiB",
                         floorName: "ios_nse_limit_mib", floor: 24),
+            BenchResult(name: "extension_private_dirty_p50_mib", value: p50mib(extensionRuns.map(\.privateDirtyKB)), unit: "MiB",
+                        floorName: "grdb_read_row_private_dirty_p50_mib", floor: p50mib(rawRuns.map(\.privateDirtyKB))),
+            BenchResult(name: "executor_extension_private_dirty_p50_mib", value: p50mib(executorRuns.map(\.privateDirtyKB)), unit: "MiB",
+                        floorName: "ios_nse_limit_mib", floor: 24),
+            BenchResult(name: "extension_vmhwm_mib", value: mib(extensionRuns.map(\.peakKB)), unit: "MiB",
+                        floorName: "grdb_read_row_vmhwm_mib", floor: mib(rawRuns.map(\.peakKB))),
         ]
         return (results, [
             "method": "times from posix_spawn of the extension process to the instant (CLOCK_MONOTONIC) it had its message; \(starts) starts; bursts: \(burstSize) messages pushed to the loopback server, then \(burstSize) extension processes spawned at once, \(rounds) round(s) each way; the simulated core takes \(coreStartupMilliseconds) ms to start",
             "source_runs_per_burst": "baton \(batonCores.map(String.init).joined(separator: ",")) vs naive \(naiveCores.map(String.init).joined(separator: ","))",
-            "memory": "peak RSS = getrusage(RUSAGE_SELF).ru_maxrss at exit; private dirty = Private_Dirty of /proc/self/smaps_rollup at exit; the extension is this `baton` binary (\(linkage())); executor_extension = the process of a burst that ran the core",
+            "memory": "measured by the extension itself at exit: peak RSS = getrusage(RUSAGE_SELF).ru_maxrss (the sample is started through `sh -c 'X & wait'` so that the kernel does not carry the benchmark's own RSS over the vfork+exec of posix_spawn), VmHWM of /proc/self/status, Private_Dirty of /proc/self/smaps_rollup (after sync(), so freshly built binaries are not counted dirty); the extension is \(sample) (\(extensionRuns.first?.linkage ?? "?")), max over \(starts) runs; executor = the sample running the loopback core for 10 pending messages",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
     }
 
-    private static func linkage() -> String {
-        guard let maps = try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8) else { return "unknown linkage" }
-        return maps.contains("libswiftCore.so") ? "Swift runtime linked dynamically" : "Swift runtime linked statically"
+    /// The sample extension next to this executable (override with `BATON_EXTENSION_SAMPLE`).
+    private static func sampleExecutable() -> String {
+        if let path = environment("BATON_EXTENSION_SAMPLE") { return path }
+        let me = selfExecutable()
+        return String(me[..<(me.lastIndex(of: "/") ?? me.startIndex)]) + "/baton-extension-sample"
     }
 
-    /// Spawns a worker, waits for its `done` line; returns ms from spawn to its message, and memory.
-    private static func timedWorker(_ path: String, _ arguments: [String]) throws -> (Double, (Double, Double)) {
+    struct SampleRun {
+        var milliseconds: Double
+        var peakKB: Int
+        var maxrssKB: Int
+        var privateDirtyKB: Int
+        var linkage: String
+    }
+
+    /// Runs the sample extension through `sh -c 'X & wait'` (a fork, so its ru_maxrss is its own)
+    /// and parses its `done AT PEAK MAXRSS DIRTY LINKAGE` line.
+    private static func runSample(_ sample: String, _ arguments: [String]) throws -> SampleRun {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw BatonError(.systemCallFailed, "pipe failed") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+        posix_spawn_file_actions_addclose(&actions, fds[1])
+        let argv = (["/bin/sh", "-c", "\"$0\" \"$@\" & wait $!", sample] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        // The shell must see SIGCHLD to reap the sample: start it with no blocked signals.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         let start = monotonicNanoseconds()
-        let worker = try WorkerProcess(suite: name, container: path, arguments: arguments)
-        let done = try parseDone(worker.receiveLine(), worker: worker)
-        worker.wait()
-        return (Double(done.at &- start) / 1e6, (done.peakKB / 1024, done.dirtyKB / 1024))
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, argv, environ)
+        close(fds[1])
+        defer { close(fds[0]) }
+        guard spawned == 0 else { throw BatonError(.systemCallFailed, "posix_spawn failed with \(spawned)") }
+        var output: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            output += buffer[0..<count]
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let lines = String(decoding: output, as: UTF8.self).split(separator: "\n")
+        guard let done = lines.first(where: { $0.hasPrefix("done ") })?.split(separator: " "), done.count == 6,
+              let at = UInt64(done[1]), let peak = Int(done[2]), let maxrss = Int(done[3]), let dirty = Int(done[4]) else {
+            throw BatonError(.invalidArgument, "the sample extension \(sample) \(arguments) said \(lines)")
+        }
+        return SampleRun(milliseconds: Double(at &- start) / 1e6, peakKB: peak, maxrssKB: maxrss, privateDirtyKB: dirty, linkage: String(done[5]))
     }
 
-    private struct Done {
-        var at: UInt64
-        var peakKB: Double
-        var dirtyKB: Double
-    }
-
-    /// `done <monotonic ns> <peak kB> <private dirty kB>`
-    private static func parseDone(_ line: String?, worker: WorkerProcess) throws -> Done {
+    /// `done <monotonic ns>`: when a burst worker had its message.
+    private static func parseDone(_ line: String?, worker: WorkerProcess) throws -> (at: UInt64, Void) {
         let fields = (line ?? "").split(separator: " ")
-        guard fields.count == 4, fields[0] == "done", let at = UInt64(fields[1]), let peak = Double(fields[2]), let dirty = Double(fields[3]) else {
+        guard fields.count >= 2, fields[0] == "done", let at = UInt64(fields[1]) else {
             throw BatonError(.invalidArgument, "inbox bench worker \(worker.pid) said \(line ?? "nothing")")
         }
-        return Done(at: at, peakKB: peak, dirtyKB: dirty)
+        return (at, ())
     }
 
-    private static func burst(_ path: String, size: Int, naive: Bool, database: String) throws -> (total: Double, perMessage: [Double], cores: Int, memory: [(Double, Double)]) {
+    private static func burst(_ path: String, size: Int, naive: Bool, database: String) throws -> (total: Double, perMessage: [Double], cores: Int) {
         let server = try WorkerProcess(suite: name, container: path, arguments: ["server"])
         guard let line = server.receiveLine(), line.hasPrefix("listening "), let port = UInt16(line.dropFirst("listening ".count)) else {
             throw BatonError(.invalidArgument, "the loopback server did not start")
@@ -130,17 +184,14 @@ enum InboxBench: BenchSuite {
             try WorkerProcess(suite: name, container: path, arguments: [naive ? "naive" : "extension", "b\(index)", database, String(port), String(coreStartupMilliseconds)])
         }
         var times: [Double] = []
-        var memory: [(Double, Double)] = []
         for worker in workers {
             let done = try parseDone(worker.receiveLine(), worker: worker)
             times.append(Double(done.at &- start) / 1e6)
-            memory.append((done.peakKB / 1024, done.dirtyKB / 1024))
             worker.wait()
         }
         let stats = try LoopbackMessageSource.command("STATS", port: port)
         let cores = stats.split(separator: " ").first { $0.hasPrefix("cores=") }.flatMap { Int($0.dropFirst(6)) } ?? -1
-        // The executor is the process with the largest footprint (it ran the core).
-        return (times.max() ?? .nan, times, cores, [memory.max { $0.0 < $1.0 } ?? (.nan, .nan)])
+        return (times.max() ?? .nan, times, cores)
     }
 
     // MARK: Workers

@@ -81,21 +81,25 @@ extension InboxMessage: FetchableRecord, PersistableRecord {
         public static let shownAt = Column("shownAt")
     }
 
+    // Times are stored as seconds since 1970 (REAL), not as GRDB's date strings: formatting and
+    // parsing those goes through Foundation's DateFormatter and Calendar, which load ICU and cost
+    // an extension several MiB of its 24 MB.
+
     public init(row: Row) throws {
         id = row[Columns.id]
         payload = row[Columns.payload]
-        receivedAt = row[Columns.receivedAt]
-        expiresAt = row[Columns.expiresAt]
+        receivedAt = Date(timeIntervalSince1970: row[Columns.receivedAt])
+        expiresAt = Date(timeIntervalSince1970: row[Columns.expiresAt])
         shownBy = row[Columns.shownBy]
-        shownAt = row[Columns.shownAt]
+        shownAt = (row[Columns.shownAt] as Double?).map { Date(timeIntervalSince1970: $0) }
     }
 
     public func encode(to container: inout PersistenceContainer) throws {
         container[Columns.id] = id
         container[Columns.payload] = payload
-        container[Columns.receivedAt] = receivedAt
-        container[Columns.expiresAt] = expiresAt
+        container[Columns.receivedAt] = receivedAt.timeIntervalSince1970
+        container[Columns.expiresAt] = expiresAt.timeIntervalSince1970
         container[Columns.shownBy] = shownBy
-        container[Columns.shownAt] = shownAt
+        container[Columns.shownAt] = shownAt?.timeIntervalSince1970
     }
 }

@@ -18,10 +18,11 @@ public enum InboxSchema {
             try db.create(table: InboxMessage.databaseTableName) { table in
                 table.primaryKey("id", .text)
                 table.column("payload", .blob).notNull()
-                table.column("receivedAt", .datetime).notNull()
-                table.column("expiresAt", .datetime).notNull().indexed()
+                // Times: seconds since 1970 (see InboxMessage).
+                table.column("receivedAt", .double).notNull()
+                table.column("expiresAt", .double).notNull().indexed()
                 table.column("shownBy", .text)
-                table.column("shownAt", .datetime)
+                table.column("shownAt", .double)
             }
         }
     }

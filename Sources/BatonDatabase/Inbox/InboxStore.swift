@@ -29,7 +29,7 @@ struct InboxStore: Sendable {
         let now = Date()
         return try await database.read { db in
             try InboxMessage
-                .filter(InboxMessage.Columns.id == id && InboxMessage.Columns.expiresAt > now)
+                .filter(InboxMessage.Columns.id == id && InboxMessage.Columns.expiresAt > now.timeIntervalSince1970)
                 .fetchOne(db)
         }
     }
@@ -41,7 +41,7 @@ struct InboxStore: Sendable {
         let wanted = Array(ids)
         let count = try await database.read { db in
             try InboxMessage
-                .filter(wanted.contains(InboxMessage.Columns.id) && InboxMessage.Columns.expiresAt > now)
+                .filter(wanted.contains(InboxMessage.Columns.id) && InboxMessage.Columns.expiresAt > now.timeIntervalSince1970)
                 .fetchCount(db)
         }
         return count == ids.count
@@ -52,7 +52,7 @@ struct InboxStore: Sendable {
         let now = Date()
         return try await database.read { db in
             try InboxMessage
-                .filter(InboxMessage.Columns.expiresAt > now)
+                .filter(InboxMessage.Columns.expiresAt > now.timeIntervalSince1970)
                 .order(InboxMessage.Columns.receivedAt, InboxMessage.Columns.id)
                 .fetchAll(db)
         }
@@ -70,7 +70,7 @@ struct InboxStore: Sendable {
                     SET shownAt = ?, shownBy = ?
                     WHERE id = ? AND shownAt IS NULL AND expiresAt > ?
                     """,
-                arguments: [now, claimant, id, now])
+                arguments: [now.timeIntervalSince1970, claimant, id, now.timeIntervalSince1970])
             return db.changesCount == 1
         }
     }
@@ -85,6 +85,6 @@ struct InboxStore: Sendable {
     }
 
     private static func deleteExpired(_ db: Database, now: Date) throws {
-        try InboxMessage.filter(InboxMessage.Columns.expiresAt <= now).deleteAll(db)
+        try InboxMessage.filter(InboxMessage.Columns.expiresAt <= now.timeIntervalSince1970).deleteAll(db)
     }
 }

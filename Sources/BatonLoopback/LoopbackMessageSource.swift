@@ -16,14 +16,21 @@ import Glibc
 /// tests and benchmark. Connects, announces itself as a core, stores each `MSG` through the
 /// sink before acknowledging it, and reports `IDLE` as nothing pending. Reads are driven by a
 /// Dispatch read source (no thread blocked, no polling); cancellation closes the socket.
-struct LoopbackMessageSource: MessageSource {
-    let port: UInt16
+package struct LoopbackMessageSource: MessageSource {
+    package let port: UInt16
     /// Simulated core start-up time, before connecting (a real core takes a while to start).
-    var startupDelay: Duration = .zero
+    package var startupDelay: Duration = .zero
     /// Called when the core is connected, and after each stored message (for test output).
-    var onEvent: @Sendable (String) -> Void = { _ in }
+    package var onEvent: @Sendable (String) -> Void = { _ in }
 
-    func run(delivering sink: MessageSink) async throws {
+    /// A source for the server on `port`.
+    package init(port: UInt16, startupDelay: Duration = .zero, onEvent: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.port = port
+        self.startupDelay = startupDelay
+        self.onEvent = onEvent
+    }
+
+    package func run(delivering sink: MessageSink) async throws {
         if startupDelay > .zero { try await Task.sleep(for: startupDelay) }
         let socket = Socket(try Self.connect(port: port))
         let lines = Self.lines(of: socket)
@@ -119,7 +126,7 @@ struct LoopbackMessageSource: MessageSource {
         }
     }
 
-    static func connect(port: UInt16) throws -> Int32 {
+    package static func connect(port: UInt16) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw BatonError(.systemCallFailed, "socket() failed: errno \(errno)") }
         var address = sockaddr_in()
@@ -137,7 +144,7 @@ struct LoopbackMessageSource: MessageSource {
         return fd
     }
 
-    static func writeLine(_ line: String, to fd: Int32) throws {
+    package static func writeLine(_ line: String, to fd: Int32) throws {
         var bytes = Array((line + "\n").utf8)
         var offset = 0
         while offset < bytes.count {
@@ -151,7 +158,7 @@ struct LoopbackMessageSource: MessageSource {
     }
 
     /// Sends one control command on a fresh connection and returns the reply line (blocking).
-    static func command(_ line: String, port: UInt16) throws -> String {
+    package static func command(_ line: String, port: UInt16) throws -> String {
         let fd = try connect(port: port)
         defer { close(fd) }
         try writeLine(line, to: fd)

@@ -22,8 +22,8 @@ import Glibc
 /// killed) stays pending and goes to the next core.
 ///
 /// Single-threaded: one `poll(2)` loop, blocking until a socket is ready or a delayed delivery
-/// is due. Test-only; not part of the library.
-final class LoopbackMessageServer {
+/// is due. Test-only: the `BatonLoopback` target is not a product.
+package final class LoopbackMessageServer {
     private struct Connection {
         var fd: Int32
         var input: [UInt8] = []
@@ -35,14 +35,14 @@ final class LoopbackMessageServer {
     }
 
     private let listener: Int32
-    let port: UInt16
+    package let port: UInt16
     private var connections: [Int32: Connection] = [:]
     private var pending: [String: String] = [:]
     private var pendingOrder: [String] = []
     private var delayNanoseconds: UInt64
     private var cores = 0, fetches = 0, pushes = 0, acked = 0
 
-    init(delayMilliseconds: Int) throws {
+    package init(delayMilliseconds: Int) throws {
         delayNanoseconds = UInt64(max(0, delayMilliseconds)) * 1_000_000
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw BatonError(.systemCallFailed, "socket() failed: errno \(errno)") }
@@ -68,7 +68,7 @@ final class LoopbackMessageServer {
     }
 
     /// Serves until the process is killed.
-    func serve() -> Never {
+    package func serve() -> Never {
         while true {
             var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
             for connection in connections.values {
@@ -79,7 +79,8 @@ final class LoopbackMessageServer {
             let timeout = nextTimeoutMilliseconds()
             let ready = poll(&fds, nfds_t(fds.count), timeout)
             if ready < 0 && errno != EINTR {
-                FileHandleOutput.standardError("loopback server: poll failed: errno \(errno)")
+                let message = Array("loopback server: poll failed: errno \(errno)\n".utf8)
+                _ = message.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
                 exit(2)
             }
             if ready > 0 {
@@ -206,8 +207,8 @@ final class LoopbackMessageServer {
 }
 
 /// Hex for the loopback protocol.
-enum Hex {
-    static func encode(_ bytes: some Sequence<UInt8>) -> String {
+package enum Hex {
+    package static func encode(_ bytes: some Sequence<UInt8>) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
         for byte in bytes {
@@ -217,7 +218,7 @@ enum Hex {
         return out.isEmpty ? "-" : String(decoding: out, as: UTF8.self)
     }
 
-    static func decode(_ text: String) -> [UInt8]? {
+    package static func decode(_ text: String) -> [UInt8]? {
         if text == "-" { return [] }
         let chars = Array(text.utf8)
         guard chars.count % 2 == 0 else { return nil }
