@@ -70,6 +70,29 @@ func runIP(_ arguments: [String]) throws -> Int32 {
     return process.terminationStatus
 }
 
+/// Wraps a permit to observe the moment each grant is released.
+struct ObservedPermit: ConnectionPermit {
+    let inner: any ConnectionPermit
+    let onRelease: @Sendable () -> Void
+
+    func acquire(deadline: Deadline) async throws -> any ConnectionGrant {
+        Grant(inner: try await inner.acquire(deadline: deadline), onRelease: onRelease)
+    }
+
+    struct Grant: ConnectionGrant {
+        let inner: any ConnectionGrant
+        let onRelease: @Sendable () -> Void
+        func stopRequested() async throws { try await inner.stopRequested() }
+        func withCriticalSection<R: Sendable>(_ body: @Sendable () async throws -> R) async throws -> R {
+            try await inner.withCriticalSection(body)
+        }
+        func release() async {
+            onRelease()
+            await inner.release()
+        }
+    }
+}
+
 struct Outcome: Sendable {
     var code: BatonError.Code?
     var at: ContinuousClock.Instant
@@ -261,6 +284,38 @@ struct LifecycleTests {
         }
         try await withSupervisor(supervisor) { _ in
             try await server.waitUntil { $0.first.map { $0.pings >= 3 } ?? false }
+        }
+    }
+
+    @Test func suspensionClosesTheConnectionBeforeThePermitsLockIsReleased() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let server = try LoopbackServer()
+        let port = server.port
+        let closedAtRelease = Locked<[Bool]>([])
+        let current = Locked<LoopbackConnection?>(nil)
+        let permit = ObservedPermit(inner: HandoverPermit(container: container, name: "suspend", priority: 1)) {
+            closedAtRelease.withLock { $0.append(current.withLock { $0?.isClosed } ?? true) }
+        }
+        let supervisor = ConnectionSupervisor(container: container, permit: permit, configuration: .init(keepAliveInterval: nil)) {
+            let connection = try LoopbackConnection.open(port: port)
+            current.withLock { $0 = connection }
+            return connection
+        }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connected") { $0.last?.isConnected == true }
+            #expect(!ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "the permit's lock is held")
+            await container.suspend()
+            // When suspend() returns the connection is closed and no lock is held.
+            #expect(supervisor.connection == nil)
+            #expect(current.withLock { $0?.isClosed } == true)
+            #expect(closedAtRelease.withLock { $0 } == [true], "closed before the permit was released")
+            #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+            try await server.waitUntil { $0.count == 1 && !$0[0].isOpen }
+            try await log.waitUntil("waiting for the permit") { $0.last == .waitingForPermit }
+            await #expect(throws: BatonError.self) { try await supervisor.run() } // already running
+            try await container.resume()
+            try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
         }
     }
 

@@ -17,9 +17,14 @@ final class Broadcast<Element: Sendable>: Sendable {
 
     var latest: Element? { state.withLock { $0.latest } }
 
-    /// A new subscription: the latest value (if any), then every later one, none lost (unbounded buffer).
+    /// How many values a subscriber that does not keep up may fall behind; older ones are
+    /// dropped first (a stalled subscriber must not grow memory without bound).
+    static var bufferLimit: Int { 4_096 }
+
+    /// A new subscription: the latest value (if any), then every later one (up to
+    /// ``bufferLimit`` not yet consumed).
     func subscribe() -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .unbounded)
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(Self.bufferLimit))
         let id = state.withLock { state -> UInt64 in
             if let latest = state.latest { continuation.yield(latest) }
             state.nextID += 1

@@ -75,7 +75,7 @@ public final class NetlinkReachability: Reachability {
                 }
             }
             do {
-                try bound.get("subscribing to rtnetlink link, address and route changes")
+                _ = try bound.get("subscribing to rtnetlink link, address and route changes")
             } catch {
                 Sys.close(fd)
                 throw error

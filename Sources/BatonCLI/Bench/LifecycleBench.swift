@@ -27,11 +27,15 @@ enum LifecycleBench: BenchSuite {
         FileHandleOutput.standardError("lifecycle bench: measuring rawReconnect")
         let rawReconnect = try measureRawReconnect(server: server, rounds: rounds)
         FileHandleOutput.standardError("lifecycle bench: measuring supervised")
-        let supervised = try await measureSupervisedReconnect(server: server, rounds: rounds)
+        let supervised = try await withTimeout("the supervised reconnections") {
+            try await measureSupervisedReconnect(server: server, rounds: rounds)
+        }
         FileHandleOutput.standardError("lifecycle bench: measuring rawHandover")
         let rawHandover = try measureRawHandover(container: container, path: path, server: server, rounds: handovers)
         FileHandleOutput.standardError("lifecycle bench: measuring preemption")
-        let preemption = try await measurePreemption(container: container, path: path, server: server, rounds: handovers)
+        let preemption = try await withTimeout("the preemptions") {
+            try await measurePreemption(container: container, path: path, server: server, rounds: handovers)
+        }
 
         let results = [
             BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_connect_p50_us", floor: percentile(rawConnect, 50)),
@@ -46,6 +50,22 @@ enum LifecycleBench: BenchSuite {
             "permit": "preemption uses the command line's hand-over permit (flock + per-priority request signal), the stand-in for roles until they are merged",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
+    }
+
+    /// Runs `body`, failing the benchmark instead of hanging if it takes over two minutes.
+    private static func withTimeout<R: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> R) async throws -> R {
+        try await withThrowingTaskGroup(of: R?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: .seconds(120))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let result = try await group.next() ?? nil else {
+                throw BatonError(.timedOut, "\(what) did not finish within two minutes")
+            }
+            return result
+        }
     }
 
     // MARK: Floors

@@ -96,8 +96,11 @@ final class LoopbackServer: Sendable {
                 _ = baton_fcntl_int(client, F_SETFL, O_NONBLOCK)
                 var one: Int32 = 1
                 setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                self.opened(client)
+                // Registered before it is recorded, so that a drop that sees the record also
+                // sees the descriptor (this thread handles the new descriptor's events only
+                // after this handler returns).
                 self.loop.add(client) { [weak self] revents in self?.readable(client, revents) ?? false }
+                self.opened(client)
             }
         }
     }
