@@ -116,6 +116,7 @@ public struct Demo: Sendable {
                 var next = interval
                 while !Task.isCancelled {
                     await at(next)
+                    if Task.isCancelled { break }
                     let counts = server.counts
                     let shown = Set(timeline.events.filter { $0.kind == .shown }.compactMap(\.message)).count
                     options.progress?("t=\(Int(next))s app \(simulator.appPhase.rawValue), sent \(counts.sent), shown \(shown), pending at server \(counts.pending), faults \(simulator.faultsInjected)")
