@@ -86,6 +86,8 @@ public struct Demo: Sendable {
         let simulator = Simulator(configuration: configuration, timeline: timeline)
         pushes.attach(simulator)
         let plan = faultPlan
+        // Message ids unique to this run, so that a reused container's inbox never holds them.
+        let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         let start = ContinuousClock.now
         func at(_ seconds: Double) async {
             try? await Task.sleep(until: start + .milliseconds(Int(seconds * 1000)), clock: .continuous)
@@ -97,7 +99,7 @@ public struct Demo: Sendable {
                 // Messages.
                 for (index, time) in Self.messageTimes(count: options.messages, seconds: options.seconds, seed: options.seed).enumerated() {
                     await at(time)
-                    let id = "m\(String(index + 1).leftPadded(to: 4))"
+                    let id = "\(run)-m\(String(index + 1).leftPadded(to: 4))"
                     server.send(id: id, payload: "payload-\(index + 1)")
                 }
             }
