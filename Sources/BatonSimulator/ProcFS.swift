@@ -109,4 +109,37 @@ public enum ProcFS {
         let inodes = inodes(under: directory)
         return mine.filter { inodes.contains($0.inode) }
     }
+
+    /// The files under `directory` that `pid` holds a lock on, through any of its descriptors
+    /// (the `lock:` lines of `/proc/PID/fdinfo/FD`): `flock`, POSIX and OFD locks alike, even
+    /// those `/proc/locks` cannot attribute to a process (OFD locks show pid -1 there).
+    public static func lockedFiles(of pid: Int32, under directory: String) -> [String] {
+        guard let stream = opendir("/proc/\(pid)/fd") else { return [] }
+        defer { closedir(stream) }
+        let root = canonicalPath(directory)
+        var files: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)"),
+                  info.split(separator: "\n").contains(where: { $0.hasPrefix("lock:") }),
+                  let target = link("/proc/\(pid)/fd/\(name)"), target.hasPrefix(root + "/") else { continue }
+            files.append(String(target.dropFirst(root.count + 1)))
+        }
+        return files.sorted()
+    }
+
+    private static func link(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func canonicalPath(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
 }

@@ -317,11 +317,12 @@ public final class Simulator: Sendable {
     /// container is killed. Returns whether it was.
     private func enforceDeadLockRule(_ process: SimulatedProcess) -> Bool {
         let held = ProcFS.locksHeld(by: process.pid, under: configuration.container)
-        guard !held.isEmpty else { return false }
+        let files = ProcFS.lockedFiles(of: process.pid, under: configuration.container)
+        guard !held.isEmpty || !files.isEmpty else { return false }
         process.signal(SIGKILL)
         state.withLock { $0.dead10ccKills += 1 }
-        let what = held.map { "\($0.kind) on inode \($0.inode)" }.joined(separator: ", ")
-        note(.dead10cc, process: process.label, pid: process.pid, detail: "killed: held \(held.count) lock(s) while suspended (\(what))")
+        let what = files.isEmpty ? held.map { "\($0.kind) on inode \($0.inode)" }.joined(separator: ", ") : files.joined(separator: ", ")
+        note(.dead10cc, process: process.label, pid: process.pid, detail: "killed: held \(max(held.count, files.count)) lock(s) in the container while suspended (\(what))")
         return true
     }
 

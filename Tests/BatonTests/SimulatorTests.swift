@@ -92,6 +92,7 @@ struct SimulatorTests {
             _ = try #require(await simulator.wait(for: acquired, timeout: .seconds(20)))
             let app = try #require(simulator.app)
             #expect(!ProcFS.locksHeld(by: app.pid, under: directory).isEmpty)
+            #expect(ProcFS.lockedFiles(of: app.pid, under: directory).contains { $0.hasPrefix(".baton/presence/") })
             let killed = await simulator.suspendApp()
             #expect(killed)
             #expect(simulator.deadLockKills == 1)
@@ -112,6 +113,7 @@ struct SimulatorTests {
             #expect(!killed)
             #expect(app.isRunning && app.isStopped)
             #expect(ProcFS.locksHeld(by: app.pid, under: directory).isEmpty)
+            #expect(ProcFS.lockedFiles(of: app.pid, under: directory).isEmpty)
             #expect(simulator.deadLockKills == 0)
             let reacquired = simulator.expect { $0.kind == .roleAcquired && $0.pid == app.pid }
             simulator.resumeApp()
