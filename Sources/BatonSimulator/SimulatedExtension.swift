@@ -31,7 +31,7 @@ public struct SimulatedExtension: Sendable {
     public func run() async throws {
         let role = try container.role("core")
         let inbox = try await Inbox.open(container: container)
-        let source = LoopbackMessageSource(port: port, role: role, reportsRole: true)
+        let source = SimulatedCoreSource(port: port, role: role, reportsRole: true)
         let ballast = Mutex<[[UInt8]]>([])
         ChildChannel.emit(.ready)
         await withTaskGroup(of: Void.self) { group in
@@ -54,7 +54,7 @@ public struct SimulatedExtension: Sendable {
         }
     }
 
-    private func instance(for id: String, inbox: Inbox, source: LoopbackMessageSource) async {
+    private func instance(for id: String, inbox: Inbox, source: SimulatedCoreSource) async {
         ChildChannel.emit(.instanceStarted, message: id)
         defer { ChildChannel.emit(.instanceFinished, message: id) }
         do {

@@ -29,7 +29,7 @@ public struct ReceivedMessage: Sendable, Hashable {
 /// durably), acknowledges it to the server only after that, says `nothingPending()` whenever the
 /// server is idle, and runs until its task is cancelled or the server closes the connection. The
 /// connection is closed when it returns, so it never outlives the role that allowed it.
-public struct LoopbackMessageSource: MessageSource {
+public struct SimulatedCoreSource: MessageSource {
     /// The server's port on 127.0.0.1.
     public let port: UInt16
     /// The role the core runs under: its current epoch goes into the server's connection record.
