@@ -88,4 +88,16 @@ int baton_exit_with_parent(void);
 /// CRC-32C of `length` bytes, continuing from `crc` (start with 0).
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length);
 
+#if defined(__linux__)
+/// Bytes reserved for a process-shared robust mutex in shared memory (>= sizeof(pthread_mutex_t)).
+#define BATON_ROBUST_MUTEX_SIZE 64
+/// Initialises a PTHREAD_PROCESS_SHARED + PTHREAD_MUTEX_ROBUST mutex at `memory`. Returns 0 or an errno.
+int baton_robust_mutex_init(void *memory);
+/// Locks; `timeout_ns` < 0 waits forever. Returns 0, EOWNERDEAD (locked; the previous owner died
+/// holding it: repair, then call baton_robust_mutex_consistent), ETIMEDOUT, ENOTRECOVERABLE or an errno.
+int baton_robust_mutex_lock(void *memory, int64_t timeout_ns);
+int baton_robust_mutex_unlock(void *memory);
+int baton_robust_mutex_consistent(void *memory);
+#endif
+
 #endif
