@@ -10,6 +10,7 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
+            DefaultsCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]
