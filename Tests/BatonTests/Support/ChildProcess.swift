@@ -34,7 +34,9 @@ final class ChildProcess: Sendable {
         for (key, value) in extra { environment[key] = value }
 
         var pipe: [Int32] = [0, 0]
-        guard Glibc.pipe2(&pipe, O_CLOEXEC) == 0 else { throw POSIXError(.EIO) }
+        guard Glibc.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
+        _ = fcntl(pipe[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(pipe[1], F_SETFD, FD_CLOEXEC)
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
