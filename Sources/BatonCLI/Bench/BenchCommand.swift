@@ -52,6 +52,7 @@ protocol BenchSuite {
 /// Every suite, by name. Each area adds its own here.
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
+    DefaultsBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
