@@ -13,7 +13,10 @@ import CBatonShims
 /// ```
 ///
 /// A reader checks `committed` with one atomic load: unchanged means nothing to do.
-final class DefaultsMeta: Sendable {
+final class DefaultsMeta: @unchecked Sendable {
+    // @unchecked: the pointers are immutable and point into a mapping that lives as long as
+    // `file` (never remapped); the words they point to are shared with other processes and
+    // only touched with atomics (CBatonShims) or under the writer lock.
     static let magic: UInt64 = 0x3154_4D44_4E54_4142 // "BATNDMT1" little-endian
     static let version: UInt32 = 1
     static let size = 4096
@@ -22,23 +25,23 @@ final class DefaultsMeta: Sendable {
     static let committedOffset = 128, pendingEndOffset = 136, watchersOffset = 144
 
     let file: MappedFile
+    let base: UnsafeMutableRawPointer
+    let committed: UnsafeMutablePointer<UInt64>
+    let pendingEnd: UnsafeMutablePointer<UInt64>
+    let watchers: UnsafeMutablePointer<UInt32>
+    let lockMemory: UnsafeMutableRawPointer
 
-    init(file: MappedFile) { self.file = file }
-
-    var committed: UnsafeMutablePointer<UInt64> {
-        file.pointer.advanced(by: Self.committedOffset).assumingMemoryBound(to: UInt64.self)
+    init(file: MappedFile) {
+        self.file = file
+        base = file.pointer
+        committed = base.advanced(by: Self.committedOffset).assumingMemoryBound(to: UInt64.self)
+        pendingEnd = base.advanced(by: Self.pendingEndOffset).assumingMemoryBound(to: UInt64.self)
+        watchers = base.advanced(by: Self.watchersOffset).assumingMemoryBound(to: UInt32.self)
+        lockMemory = base.advanced(by: Self.lockOffset)
     }
-    var pendingEnd: UnsafeMutablePointer<UInt64> {
-        file.pointer.advanced(by: Self.pendingEndOffset).assumingMemoryBound(to: UInt64.self)
-    }
-    var watchers: UnsafeMutablePointer<UInt32> {
-        file.pointer.advanced(by: Self.watchersOffset).assumingMemoryBound(to: UInt32.self)
-    }
-    var lockMemory: UnsafeMutableRawPointer { file.pointer.advanced(by: Self.lockOffset) }
 
     /// Whether the header was written by this boot of the machine with this format.
     func isValid(bootID: [UInt8]) -> Bool {
-        let base = file.pointer
         guard file.size >= Self.size,
               baton_load64(base.assumingMemoryBound(to: UInt64.self)) == Self.magic,
               base.load(fromByteOffset: 8, as: UInt32.self) == Self.version
@@ -52,7 +55,6 @@ final class DefaultsMeta: Sendable {
     /// Rewrites the header (the caller holds the meta file's flock, so nobody else initialises
     /// at the same time, and no live process uses an invalid meta).
     func initialize(bootID: [UInt8], committed word: UInt64) throws {
-        let base = file.pointer
         baton_store64(base.assumingMemoryBound(to: UInt64.self), 0)
         base.storeBytes(of: Self.version, toByteOffset: 8, as: UInt32.self)
         for index in 0..<Self.bootIDLength {

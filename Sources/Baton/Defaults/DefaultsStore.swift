@@ -17,7 +17,7 @@ final class DefaultsStore: Sendable {
     /// The size of a new log file, and of a compacted one at least.
     static let initialSize = 256 * 1024
     /// Logs shorter than this are grown rather than compacted.
-    static let compactionMinimum = 1 << 20
+    static let compactionMinimum = 4 << 20
 
     let container: SharedContainer
     let suite: String
@@ -35,8 +35,16 @@ final class DefaultsStore: Sendable {
         var liveSize: Int
     }
 
-    struct State {
-        var log: MappedFile
+    struct State: @unchecked Sendable {
+        // @unchecked: `base` points into `log`'s mapping; a State lives only inside the store's
+        // `state` Mutex, which serialises every use of it in this process.
+        var log: MappedFile {
+            didSet { mapped() }
+        }
+        /// `log.pointer` and `log.size`, copied so the hot paths read plain struct fields (no
+        /// dynamic exclusivity check on the class's properties). Updated by ``remap(_:)``.
+        var base: UnsafeMutableRawPointer
+        var capacity: Int
         /// The log file's full generation (the committed word carries its low 24 bits).
         var generation: UInt64
         /// How far the log has been replayed into `index`.
@@ -50,6 +58,26 @@ final class DefaultsStore: Sendable {
         var report = DefaultsRecoveryReport()
         /// Damaged records were found: the next write compacts them away.
         var needsHealing = false
+
+        init(log: MappedFile, generation: UInt64, length: Int, seen: UInt64) {
+            self.log = log
+            self.base = log.pointer
+            self.capacity = log.size
+            self.generation = generation
+            self.length = length
+            self.seen = seen
+        }
+
+        mutating func mapped() {
+            base = log.pointer
+            capacity = log.size
+        }
+
+        /// Maps the log again at `size` bytes.
+        mutating func remap(_ size: Int) throws {
+            try log.remap(size: size)
+            mapped()
+        }
     }
 
     private let state: Mutex<State>
@@ -179,7 +207,7 @@ final class DefaultsStore: Sendable {
 
     /// Applies the records in `state.length..<end` to the index.
     private static func replay(_ state: inout State, to end: Int) {
-        let base = UnsafeRawPointer(state.log.pointer)
+        let base = UnsafeRawPointer(state.base)
         let scan = DefaultsLogFormat.scan(base, from: state.length, to: end) { _, entries in
             for entry in entries { apply(&state, entry, base: base) }
         }
@@ -239,10 +267,10 @@ final class DefaultsStore: Sendable {
             state.report.merge(report)
             return
         }
-        if length > state.log.size {
-            try state.log.remap(size: try state.log.fileSize())
-            guard length <= state.log.size else {
-                throw BatonError(.corrupt, "defaults suite \"\(suite)\" says \(length) bytes are committed but its log holds \(state.log.size)")
+        if length > state.capacity {
+            try state.remap(try state.log.fileSize())
+            guard length <= state.capacity else {
+                throw BatonError(.corrupt, "defaults suite \"\(suite)\" says \(length) bytes are committed but its log holds \(state.capacity)")
             }
         }
         Self.replay(&state, to: length)
@@ -257,7 +285,7 @@ final class DefaultsStore: Sendable {
         try state.withLock { state in
             if strict { try refresh(&state) } else { try? refresh(&state) }
             guard let entry = state.index[key] else { return body(nil) }
-            return body((entry.tag, UnsafeRawBufferPointer(start: state.log.pointer + entry.valueOffset, count: entry.valueLength)))
+            return body((entry.tag, UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength)))
         }
     }
 
@@ -275,7 +303,7 @@ final class DefaultsStore: Sendable {
             var result: [String: DefaultsValue] = [:]
             result.reserveCapacity(state.index.count)
             for (key, entry) in state.index {
-                let bytes = UnsafeRawBufferPointer(start: state.log.pointer + entry.valueOffset, count: entry.valueLength)
+                let bytes = UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength)
                 if let value = DefaultsValue.decode(tag: entry.tag, bytes: bytes) { result[key] = value }
             }
             return result
@@ -304,7 +332,7 @@ final class DefaultsStore: Sendable {
     func verify() throws -> DefaultsRecoveryReport {
         try state.withLock { state in
             try refresh(&state)
-            let scan = DefaultsLogFormat.scan(state.log.pointer, from: DefaultsLogFormat.headerSize, to: state.length) { _, _ in }
+            let scan = DefaultsLogFormat.scan(state.base, from: DefaultsLogFormat.headerSize, to: state.length) { _, _ in }
             var damaged = scan.corruptBytes
             if let tail = scan.invalidTailStart { damaged += state.length - tail }
             if damaged > 0 {
@@ -322,7 +350,7 @@ final class DefaultsStore: Sendable {
         guard let expected else { return entry == nil }
         guard let entry, entry.tag == expected.tag, entry.valueLength == expected.byteCount else { return false }
         return expected.withBytes { bytes in
-            bytes.count == 0 || memcmp(bytes.baseAddress!, state.log.pointer + entry.valueOffset, bytes.count) == 0
+            bytes.count == 0 || memcmp(bytes.baseAddress!, state.base + entry.valueOffset, bytes.count) == 0
         }
     }
 
@@ -415,7 +443,7 @@ final class DefaultsStore: Sendable {
 
         let start = state.length
         baton_store64(meta.pendingEnd, UInt64(start + size))
-        let record = state.log.pointer + start
+        let record = state.base + start
         var position = start + DefaultsLogFormat.recordHeaderSize
         for entry in entries {
             var key = entry.key
@@ -425,10 +453,10 @@ final class DefaultsStore: Sendable {
                 let keyRaw = UnsafeRawBufferPointer(keyBytes)
                 if let value {
                     return value.withBytes { valueBytes in
-                        DefaultsLogFormat.writeEntry(state.log.pointer + entryStart, operation: entry.operation, tag: value.tag, key: keyRaw, value: valueBytes)
+                        DefaultsLogFormat.writeEntry(state.base + entryStart, operation: entry.operation, tag: value.tag, key: keyRaw, value: valueBytes)
                     }
                 }
-                return DefaultsLogFormat.writeEntry(state.log.pointer + entryStart, operation: entry.operation, tag: 0, key: keyRaw, value: UnsafeRawBufferPointer(start: nil, count: 0))
+                return DefaultsLogFormat.writeEntry(state.base + entryStart, operation: entry.operation, tag: 0, key: keyRaw, value: UnsafeRawBufferPointer(start: nil, count: 0))
             }
             let keyBytes = valueOffset - DefaultsLogFormat.entryHeaderSize
             let valueBytes = value?.byteCount ?? 0
@@ -460,22 +488,22 @@ final class DefaultsStore: Sendable {
     /// anything is written).
     private func ensureCapacity(_ state: inout State, _ size: Int) throws {
         let needed = state.length + size
-        if needed <= state.log.size { return }
+        if needed <= state.capacity { return }
         let onDisk = try state.log.fileSize()
         if onDisk >= needed {
-            try state.log.remap(size: onDisk)
+            try state.remap(onDisk)
             return
         }
         if state.length >= Self.compactionMinimum && (state.liveBytes + size) * 2 < state.length {
             try compact(&state, reserving: size)
-            if state.length + size <= state.log.size { return }
+            if state.length + size <= state.capacity { return }
         }
-        var newSize = max(state.log.size, Self.initialSize)
+        var newSize = max(state.capacity, Self.initialSize)
         while newSize < state.length + size { newSize *= 2 }
-        if newSize < state.log.size * 2 && state.length + size > state.log.size { newSize = state.log.size * 2 }
+        if newSize < state.capacity * 2 && state.length + size > state.capacity { newSize = state.capacity * 2 }
         let result = DefaultsWriteLock.allocate(state.log.fd, size: newSize)
         guard result == 0 else { throw Self.allocationError(result, path: logPath, size: newSize) }
-        try state.log.remap(size: newSize)
+        try state.remap(newSize)
     }
 
     static func allocationError(_ code: Int32, path: String, size: Int) -> BatonError {
@@ -513,7 +541,7 @@ final class DefaultsStore: Sendable {
         let generation = state.generation + 1
         DefaultsLogFormat.writeHeader(file.pointer, generation: generation)
         var position = DefaultsLogFormat.headerSize
-        let old = state.log.pointer
+        let old = state.base
         for (key, entry) in state.index {
             var key = key
             let record = file.pointer + position
@@ -574,7 +602,7 @@ final class DefaultsStore: Sendable {
     private static func digests(_ state: State, filter: String?) -> [String: UInt64] {
         var result: [String: UInt64] = [:]
         func add(_ key: String, _ entry: IndexEntry) {
-            result[key] = digest(tag: entry.tag, UnsafeRawBufferPointer(start: state.log.pointer + entry.valueOffset, count: entry.valueLength))
+            result[key] = digest(tag: entry.tag, UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength))
         }
         if let filter {
             if let entry = state.index[filter] { add(filter, entry) }
@@ -597,7 +625,7 @@ final class DefaultsStore: Sendable {
             try refresh(&state)
             var changed: [String] = []
             if cursor.generation == state.generation && cursor.offset <= state.length {
-                let base = UnsafeRawPointer(state.log.pointer)
+                let base = UnsafeRawPointer(state.base)
                 let filterBytes = cursor.filter.map { Array($0.utf8) }
                 _ = DefaultsLogFormat.scan(base, from: cursor.offset, to: state.length) { _, entries in
                     for entry in entries where entry.operation != .fence {

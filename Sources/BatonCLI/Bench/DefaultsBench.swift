@@ -252,6 +252,16 @@ enum DefaultsBench: BenchSuite {
                 try defaults.set(values[index % values.count], forKey: keys[index % keyCount])
             }
             emit("done")
+        case "get":
+            // For profiling the read path: `echo go | baton bench-worker --container D defaults get N`.
+            let operations = Int(arguments[1])!
+            let defaults = try SharedDefaults(container, suite: "bench")
+            for (index, key) in keys.enumerated() { try defaults.set(values[index % values.count], forKey: key) }
+            emit("ready")
+            _ = readStandardInputLine()
+            var found = 0
+            for index in 0..<operations where defaults.string(forKey: keys[index % keyCount]) != nil { found += 1 }
+            emit(found == operations ? "done" : "missing")
         case "raw-append":
             let operations = Int(arguments[1])!
             let file = try MappedFile(container, relativePath: rawName + "2", minimumSize: 64 << 20)
