@@ -308,15 +308,17 @@ struct DefaultsTests {
         let container = try SharedContainer(path: directory.path)
         let writer = try SharedDefaults(container, suite: "churn")
         let reader = try SharedDefaults(SharedContainer(path: directory.path), suite: "churn")
-        let payload = String(repeating: "v", count: 200)
-        try writer.set(Swift.max(1, 7), forKey: "fenced-check")
-        for round in 0..<40 {
+        let payload = String(repeating: "v", count: 500)
+        try writer.set(7, forKey: "fenced-check")
+        // 100 rounds of 200 keys of ~530 bytes: about 11 MB appended, past the 8 MiB at which a
+        // half-dead log is compacted.
+        for round in 0..<100 {
             for index in 0..<200 { try writer.set("\(round):\(index):\(payload)", forKey: "key\(index)") }
             #expect(reader.string(forKey: "key\(round % 200)") == "\(round):\(round % 200):\(payload)")
         }
         let size = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/defaults/churn.log")[.size] as! Int
-        #expect(size < 4 << 20, "the log was compacted (\(size) bytes for 8,000 writes of 230 bytes)")
-        for index in 0..<200 { #expect(reader.string(forKey: "key\(index)") == "39:\(index):\(payload)") }
+        #expect(size <= 8 << 20, "the log was compacted (\(size) bytes after 20,000 writes of 530 bytes)")
+        for index in 0..<200 { #expect(reader.string(forKey: "key\(index)") == "99:\(index):\(payload)") }
         #expect(reader.integer(forKey: "fenced-check") == 7)
         #expect(try reader.verify().isClean)
     }

@@ -16,8 +16,9 @@ import Synchronization
 final class DefaultsStore: Sendable {
     /// The size of a new log file, and of a compacted one at least.
     static let initialSize = 256 * 1024
-    /// Logs shorter than this are grown rather than compacted.
-    static let compactionMinimum = 4 << 20
+    /// Log files smaller than this are grown rather than compacted (compaction rewrites and
+    /// syncs a file; doing it rarely keeps sets cheap).
+    static let compactionMinimum = 8 << 20
 
     let container: SharedContainer
     let suite: String
@@ -494,7 +495,7 @@ final class DefaultsStore: Sendable {
             try state.remap(onDisk)
             return
         }
-        if state.length >= Self.compactionMinimum && (state.liveBytes + size) * 2 < state.length {
+        if state.capacity >= Self.compactionMinimum && (state.liveBytes + size) * 2 < state.length {
             try compact(&state, reserving: size)
             if state.length + size <= state.capacity { return }
         }
