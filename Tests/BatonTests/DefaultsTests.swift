@@ -218,6 +218,21 @@ struct DefaultsTests {
         #expect(again.status == 0)
     }
 
+    @Test func aDamagedHeaderIsRewrittenAndTheRecordsKept() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        #expect(try await runBaton(["defaults", "set", "kept", "yes"], container: path).status == 0)
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path + "/.baton/defaults/standard.log"))
+        try handle.seek(toOffset: 20)
+        try handle.write(contentsOf: Data([0xFF]))
+        try handle.close()
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        #expect(defaults.recoveryReport.headerRepaired)
+        #expect(!defaults.recoveryReport.lostData)
+        #expect(defaults.string(forKey: "kept") == "yes")
+        #expect(try await runBaton(["defaults", "get", "kept"], container: path).lines == ["yes"])
+    }
+
     @Test func aWatcherInAnotherProcessSeesEachChange() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path

@@ -188,8 +188,15 @@ final class DefaultsStore: Sendable {
             let generation = word >> DefaultsLogFormat.lengthBits
             let length = Int(word & DefaultsLogFormat.lengthMask)
             let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
+            var headerRepaired = false
+            if DefaultsLogFormat.readHeader(file.pointer, size: file.size) == nil && file.size >= DefaultsLogFormat.headerSize {
+                // A damaged header (the records after it have their own checksums): the meta
+                // says which generation this file is; every process would write the same bytes.
+                DefaultsLogFormat.writeHeader(file.pointer, generation: generation)
+                headerRepaired = true
+            }
             guard let fileGeneration = DefaultsLogFormat.readHeader(file.pointer, size: file.size) else {
-                throw BatonError(.corrupt, "the header of \(container.absolutePath(logPath)) is damaged while defaults suite \"\(suite)\" is in use; it is repaired the next time the suite is opened after a reboot, or delete the suite's .meta file while no process uses it")
+                throw BatonError(.corrupt, "\(container.absolutePath(logPath)) is shorter than its header; delete the suite's .meta and .log files while no process uses them")
             }
             guard fileGeneration & DefaultsLogFormat.generationMask == generation else {
                 // A compaction renamed a newer file before publishing it: look again.
@@ -200,6 +207,7 @@ final class DefaultsStore: Sendable {
                 throw BatonError(.corrupt, "defaults suite \"\(suite)\" says \(length) bytes are committed but its log holds \(file.size); delete the suite's .meta file while no process uses it to rebuild it from the log")
             }
             var state = State(log: file, generation: fileGeneration, length: DefaultsLogFormat.headerSize, seen: word)
+            state.report.headerRepaired = headerRepaired
             replay(&state, to: length)
             return state
         }
