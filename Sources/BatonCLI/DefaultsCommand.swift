@@ -13,7 +13,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         abstract: "Read, write and watch shared defaults (a crash-safe key-value store shared by processes).",
         subcommands: [
             SetValue.self, Get.self, Remove.self, List.self, Watch.self, Verify.self,
-            TestWriter.self, TestReader.self, TestIncrement.self, TestBigWriter.self, TestCheckBig.self, TestFill.self,
+            TestWriter.self, TestReader.self, TestIncrement.self, TestBigWriter.self, TestCheckBig.self, TestFill.self, TestDieMidWrite.self,
         ]
     )
 
@@ -286,6 +286,38 @@ struct DefaultsCommand: AsyncParsableCommand {
             } catch let error as BatonError {
                 emit("error \(error.code)")
             }
+        }
+    }
+}
+
+extension DefaultsCommand {
+    /// Simulates a writer killed in the middle of an append: takes the suite's writer lock the
+    /// way the store does, writes half a record past the committed end, announces the pending
+    /// end, and SIGKILLs itself while holding the lock.
+    struct TestDieMidWrite: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "test-die-mid-write", shouldDisplay: false)
+        @OptionGroup var options: SuiteOptions
+
+        func run() async throws {
+            let defaults = try options.open() // creates the files
+            _ = defaults.allKeys
+            let container = try options.container.open()
+            let meta = try MappedFile(container, relativePath: "defaults/\(options.suite).meta", minimumSize: 4096)
+            let log = try MappedFile(container, relativePath: "defaults/\(options.suite).log", minimumSize: 0, create: false)
+            #if os(Linux)
+            guard baton_robust_mutex_lock(meta.pointer + 64, 5_000_000_000) == 0 else { throw ExitCode(4) }
+            #endif
+            let committed = baton_load64(meta.pointer.advanced(by: 128).assumingMemoryBound(to: UInt64.self))
+            let length = Int(committed & ((1 << 40) - 1))
+            let torn = 4096
+            guard length + torn <= log.size else { throw ExitCode(5) }
+            // A record header that promises more than was written, then some payload.
+            log.pointer.storeBytes(of: UInt32(torn * 2), toByteOffset: length, as: UInt32.self)
+            log.pointer.storeBytes(of: UInt32(0xDEAD_BEEF), toByteOffset: length + 4, as: UInt32.self)
+            (log.pointer + length + 8).initializeMemory(as: UInt8.self, repeating: 0x5A, count: torn - 8)
+            baton_store64(meta.pointer.advanced(by: 136).assumingMemoryBound(to: UInt64.self), UInt64(length + torn * 2 + 8))
+            emit("holding")
+            kill(getpid(), SIGKILL)
         }
     }
 }

@@ -192,6 +192,28 @@ struct DefaultsTests {
         #expect(!(try defaults.verify().lostData))
     }
 
+    @Test func aWriterKilledHoldingTheLockIsRepairedByTheNext() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        #expect(try await runBaton(["defaults", "set", "before", "1"], container: path).status == 0)
+        let dead = try await runBaton(["defaults", "test-die-mid-write"], container: path)
+        #expect(dead.lines == ["holding"])
+        #expect(dead.status == 128 + SIGKILL)
+        // Readers take no lock and see the committed state.
+        #expect(try await runBaton(["defaults", "get", "before"], container: path).lines == ["1"])
+        // The next writer finds the robust mutex's owner dead, drops the torn tail, and writes.
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        try defaults.set("2", forKey: "after")
+        #expect(defaults.recoveryReport.crashRepairs == 1)
+        #expect(defaults.recoveryReport.droppedTailBytes > 0)
+        #expect(!defaults.recoveryReport.lostData)
+        #expect(defaults.string(forKey: "before") == "1")
+        #expect(defaults.string(forKey: "after") == "2")
+        let verify = try await runBaton(["defaults", "verify"], container: path)
+        #expect(verify.status == 0, "\(verify.lines)")
+        #expect(try await runBaton(["defaults", "get", "after"], container: path).lines == ["2"])
+    }
+
     @Test func aFlippedByteIsDetectedAndTheOtherValuesKept() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path
