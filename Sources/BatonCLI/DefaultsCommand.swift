@@ -219,9 +219,15 @@ struct DefaultsCommand: AsyncParsableCommand {
         @OptionGroup var options: SuiteOptions
         @Option var key = "counter"
         @Option var count = 1000
+        @Flag(help: "Print 'ready', then start when the key 'go' is set (so that all workers overlap).") var waitForGo = false
 
         func run() async throws {
             let defaults = try options.open()
+            if waitForGo {
+                let go = try defaults.changes(forKey: "go")
+                emit("ready")
+                while defaults.bool(forKey: "go") != true { _ = try await go.next(deadline: .seconds(60)) }
+            }
             var retries = 0
             for _ in 0..<count {
                 while true {

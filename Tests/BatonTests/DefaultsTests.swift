@@ -156,12 +156,14 @@ struct DefaultsTests {
     @Test func compareAndSetFromEightProcessesCountsExactly() async throws {
         let directory = try TemporaryContainer()
         let children = try (0..<8).map { _ in
-            try ChildProcess(["defaults", "test-increment", "--key", "counter", "--count", "1000"], container: directory.path)
+            try ChildProcess(["defaults", "test-increment", "--key", "counter", "--count", "1000", "--wait-for-go"], container: directory.path)
         }
+        for child in children { try await child.line(timeout: 30) { $0 == "ready" } }
+        let defaults = try SharedDefaults(SharedContainer(path: directory.path))
+        try defaults.set(true, forKey: "go") // all eight start at once, and their CAS loops overlap
         for child in children {
             #expect(try await child.wait(timeout: 120) == 0)
         }
-        let defaults = try SharedDefaults(SharedContainer(path: directory.path))
         #expect(defaults.integer(forKey: "counter") == 8_000)
     }
 
