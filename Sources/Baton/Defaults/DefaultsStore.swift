@@ -34,6 +34,9 @@ final class DefaultsStore: Sendable {
         var tag: UInt8
         /// What the key would take in a compacted log.
         var liveSize: Int
+        /// The decoded value, kept after the first read (or the write) so repeated gets do
+        /// not decode again.
+        var cached: DefaultsValue? = nil
     }
 
     struct State: @unchecked Sendable {
@@ -288,20 +291,17 @@ final class DefaultsStore: Sendable {
 
     // MARK: - Reading
 
-    /// Calls `body` with the stored type tag and bytes of `key` (or `nil`), after catching up.
-    /// When catching up fails and `strict` is false, the last state this process saw is used.
-    func withValue<R>(forKey key: String, strict: Bool, _ body: ((UInt8, UnsafeRawBufferPointer)?) -> R) throws -> R {
+    /// The stored value of `key`, after catching up. When catching up fails and `strict` is
+    /// false, the last state this process saw is used.
+    func value(forKey key: String, strict: Bool) throws -> DefaultsValue? {
         try state.withLock { state in
             if strict { try refresh(&state) } else { try? refresh(&state) }
-            guard let entry = state.index[key] else { return body(nil) }
-            return body((entry.tag, UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength)))
-        }
-    }
-
-    /// The stored value of `key`.
-    func value(forKey key: String, strict: Bool) throws -> DefaultsValue? {
-        try withValue(forKey: key, strict: strict) { found in
-            found.flatMap { DefaultsValue.decode(tag: $0.0, bytes: $0.1) }
+            guard let position = state.index.index(forKey: key) else { return nil }
+            if let cached = state.index.values[position].cached { return cached }
+            let entry = state.index.values[position]
+            let value = DefaultsValue.decode(tag: entry.tag, bytes: UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength))
+            state.index.values[position].cached = value
+            return value
         }
     }
 
@@ -474,7 +474,7 @@ final class DefaultsStore: Sendable {
             switch entry.operation {
             case .set:
                 let live = Self.liveSize(keyBytes: keyBytes, valueBytes: valueBytes)
-                let new = IndexEntry(valueOffset: entryStart + valueOffset, valueLength: valueBytes, tag: value!.tag, liveSize: live)
+                let new = IndexEntry(valueOffset: entryStart + valueOffset, valueLength: valueBytes, tag: value!.tag, liveSize: live, cached: value)
                 if let old = state.index.updateValue(new, forKey: key) { state.liveBytes -= old.liveSize }
                 state.liveBytes += live
             case .remove:

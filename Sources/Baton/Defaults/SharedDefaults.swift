@@ -137,55 +137,49 @@ public final class SharedDefaults: Sendable {
 
     // MARK: - Getting
 
-    private func read<T>(_ key: String, _ decode: (UInt8, UnsafeRawBufferPointer) -> T?) -> T? {
+    private func stored(_ key: String) -> DefaultsValue? {
         guard (try? Self.validate(key: key)) != nil else { return nil }
-        return (try? store.withValue(forKey: key, strict: false) { found in
-            found.flatMap { decode($0.0, $0.1) }
-        }) ?? nil
+        return (try? store.value(forKey: key, strict: false)) ?? nil
     }
 
     /// The Boolean value of `key`, or `nil` when absent or stored as another type.
     public func bool(forKey key: String) -> Bool? {
-        read(key) { tag, bytes in tag == 1 && bytes.count == 1 ? bytes[0] != 0 : nil }
+        if case .bool(let value)? = stored(key) { return value }
+        return nil
     }
 
     /// The integer value of `key`, or `nil` when absent or stored as another type.
     public func integer(forKey key: String) -> Int? {
-        read(key) { tag, bytes in
-            tag == 2 && bytes.count == 8 ? Int(truncatingIfNeeded: Int64(littleEndian: bytes.loadUnaligned(as: Int64.self))) : nil
-        }
+        if case .int(let value)? = stored(key) { return value }
+        return nil
     }
 
     /// The floating-point value of `key` (an integer is converted), or `nil` when absent or
     /// stored as another type.
     public func double(forKey key: String) -> Double? {
-        read(key) { tag, bytes in
-            guard bytes.count == 8 else { return nil }
-            let word = UInt64(littleEndian: bytes.loadUnaligned(as: UInt64.self))
-            switch tag {
-            case 3: return Double(bitPattern: word)
-            case 2: return Double(Int64(bitPattern: word))
-            default: return nil
-            }
+        switch stored(key) {
+        case .double(let value)?: return value
+        case .int(let value)?: return Double(value)
+        default: return nil
         }
     }
 
     /// The string value of `key`, or `nil` when absent or stored as another type.
     public func string(forKey key: String) -> String? {
-        read(key) { tag, bytes in tag == 4 ? String(decoding: bytes, as: UTF8.self) : nil }
+        if case .string(let value)? = stored(key) { return value }
+        return nil
     }
 
     /// The bytes of `key`, or `nil` when absent or stored as another type.
     public func data(forKey key: String) -> Data? {
-        read(key) { tag, bytes in tag == 5 ? Data(bytes) : nil }
+        if case .data(let bytes)? = stored(key) { return Data(bytes) }
+        return nil
     }
 
     /// The date value of `key`, or `nil` when absent or stored as another type.
     public func date(forKey key: String) -> Date? {
-        read(key) { tag, bytes in
-            guard tag == 6, bytes.count == 8 else { return nil }
-            return Date(timeIntervalSinceReferenceDate: Double(bitPattern: UInt64(littleEndian: bytes.loadUnaligned(as: UInt64.self))))
-        }
+        if case .date(let value)? = stored(key) { return value }
+        return nil
     }
 
     /// The value of `key` decoded as `T`.
