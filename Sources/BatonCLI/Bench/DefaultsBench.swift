@@ -25,30 +25,42 @@ enum DefaultsBench: BenchSuite {
         let container = try SharedContainer(path: path)
 
         // Floors.
-        let appendFloor = try rawAppendRate(container: container, operations: operations)
-        let dictionaryFloor = dictionaryGetRate(operations: operations)
-        let twoRawFloor = try twoProcesses(path: path, mode: "raw-append", operations: operations)
+        let appendFloor = try best { try rawAppendRate(container: container, operations: operations) }
+        let dictionaryFloor = best { dictionaryGetRate(operations: operations) }
+        let twoRawFloor = try best { try twoProcesses(path: path, mode: "raw-append", operations: operations) }
 
         // Baton, one process (the store is always in multi-process mode: robust shared mutex
         // per write, lock-free header check per read).
         let defaults = try SharedDefaults(container, suite: "bench")
         for (index, key) in keys.enumerated() { try defaults.set(values[index % values.count], forKey: key) }
-        var start = monotonicNanoseconds()
-        for index in 0..<operations {
-            try defaults.set(values[index % values.count], forKey: keys[index % keyCount])
+        let cpuBefore = cpuSeconds()
+        let setRate = try best {
+            let start = monotonicNanoseconds()
+            for index in 0..<operations {
+                try defaults.set(values[index % values.count], forKey: keys[index % keyCount])
+            }
+            return rate(operations, since: start)
         }
-        let setRate = rate(operations, since: start)
-        var found = 0
-        for key in keys where defaults.string(forKey: key) == nil { found -= 1 } // warm-up
-        start = monotonicNanoseconds()
-        for index in 0..<operations {
-            if defaults.string(forKey: keys[index % keyCount]) != nil { found += 1 }
+        let setCPURate = Double(operations * 3) / (cpuSeconds() - cpuBefore)
+        for key in keys { precondition(defaults.string(forKey: key) != nil, "a key went missing") } // warm-up
+        let getCPUBefore = cpuSeconds()
+        let getRate = best {
+            var found = 0
+            let start = monotonicNanoseconds()
+            for index in 0..<operations {
+                if defaults.string(forKey: keys[index % keyCount]) != nil { found += 1 }
+            }
+            let result = rate(operations, since: start)
+            precondition(found == operations, "a key went missing")
+            return result
         }
-        let getRate = rate(operations, since: start)
-        precondition(found == operations, "a key went missing")
+        let getCPURate = Double(operations * 3) / (cpuSeconds() - getCPUBefore)
+        let appendCPUBefore = cpuSeconds()
+        _ = try rawAppendRate(container: container, operations: operations)
+        let appendCPURate = Double(operations) / (cpuSeconds() - appendCPUBefore)
 
         // Baton, two processes setting at once.
-        let twoRate = try twoProcesses(path: path, mode: "set", operations: operations)
+        let twoRate = try best { try twoProcesses(path: path, mode: "set", operations: operations) }
         let afterTwo = try SharedDefaults(container, suite: "bench")
         precondition(afterTwo.allKeys.count == keyCount)
 
@@ -62,7 +74,7 @@ enum DefaultsBench: BenchSuite {
         let userDefaults = try require(UserDefaults(suiteName: suiteName))
         defer { userDefaults.removePersistentDomain(forName: suiteName) }
         let synchronizedOperations = quick ? 200 : 2_000
-        start = monotonicNanoseconds()
+        var start = monotonicNanoseconds()
         for index in 0..<synchronizedOperations {
             userDefaults.set(values[index % values.count], forKey: keys[index % keyCount])
             userDefaults.synchronize()
@@ -74,18 +86,22 @@ enum DefaultsBench: BenchSuite {
         }
         let userDefaultsUnsyncedSetRate = rate(operations, since: start)
         userDefaults.synchronize()
-        found = 0
-        start = monotonicNanoseconds()
-        for index in 0..<operations {
-            if userDefaults.string(forKey: keys[index % keyCount]) != nil { found += 1 }
+        var found = 0
+        let userDefaultsGetRate = best {
+            found = 0
+            let start = monotonicNanoseconds()
+            for index in 0..<operations {
+                if userDefaults.string(forKey: keys[index % keyCount]) != nil { found += 1 }
+            }
+            return rate(operations, since: start)
         }
-        let userDefaultsGetRate = rate(operations, since: start)
 
         var notes = try userDefaultsBehaviour(path: path)
-        notes["method"] = "\(operations) sets then \(operations) gets over \(keyCount) keys with 64-byte string values; two processes: each does \(operations) sets of the same keys at once, rate = total / wall time; set-to-watcher: one-way time from set() in one process to the key arriving from changes(forKey:) in another (\(rounds) rounds)"
+        notes["method"] = "throughputs: best of 3 runs (the machine is shared), for figures and floors alike; \(operations) sets then \(operations) gets over \(keyCount) keys with 64-byte string values; two processes: each does \(operations) sets of the same keys at once, rate = total / wall time; set-to-watcher: one-way time from set() in one process to the key arriving from changes(forKey:) in another (\(rounds) rounds)"
         notes["userdefaults_set_method"] = "set + synchronize() per operation (\(synchronizedOperations) operations); without synchronize (in-memory only, not visible to other processes): \(Int(userDefaultsUnsyncedSetRate)) sets/s"
         notes["floors"] = "set: memcpy-append of the same record plus CRC-32C into a mapped file; get: Dictionary<String, String> lookup; two processes: both appending with an atomic fetch-add reservation; watcher: raw futex wake between two processes"
         notes["userdefaults_get_found"] = "\(found)/\(operations)"
+        notes["cpu_time_rates"] = "per second of this process's CPU time (user + system, so independent of other load on the machine): sets \(Int(setCPURate))/s, gets \(Int(getCPURate))/s, raw append floor \(Int(appendCPURate))/s"
         notes["cores"] = "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))"
         notes["targets"] = "sets >= 1,000,000/s, gets >= 4,000,000/s, set-to-watcher p50 < 50 us (MMKV multi-process: 770,000 sets/s, 1,900,000 gets/s, 350,000 sets/s with two processes)"
 
@@ -99,6 +115,22 @@ enum DefaultsBench: BenchSuite {
             BenchResult(name: "set_to_watcher_p99_us", value: percentile(watcherSamples, 99), unit: "us", floorName: "futex_wake_p99_us", floor: percentile(futexSamples, 99)),
         ]
         return (results, notes)
+    }
+
+    /// The best of three runs: the machine is shared, and a throughput is limited by the code
+    /// only in the run that other processes disturbed least (every figure and floor alike).
+    static func best(_ body: () throws -> Double) rethrows -> Double {
+        var result = 0.0
+        for _ in 0..<3 { result = max(result, try body()) }
+        return result
+    }
+
+    /// User + system CPU seconds of this process so far.
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
     static func rate(_ operations: Int, since start: UInt64) -> Double {
