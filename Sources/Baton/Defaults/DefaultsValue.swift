@@ -7,11 +7,17 @@ import Foundation
 /// A value as ``SharedDefaults`` stores it: one of the property-list-like types, or any
 /// `Codable` value as JSON.
 public enum DefaultsValue: Sendable, Hashable {
+    /// A Boolean (1 byte).
     case bool(Bool)
+    /// A 64-bit integer (8 bytes, little-endian).
     case int(Int)
+    /// A double (8 bytes, its bit pattern).
     case double(Double)
+    /// A string (its UTF-8).
     case string(String)
+    /// Bytes.
     case data([UInt8])
+    /// A date (8 bytes: seconds since the reference date, as a double).
     case date(Date)
     /// A `Codable` value encoded as JSON (sorted keys, so equal values have equal bytes).
     case json([UInt8])

@@ -85,28 +85,36 @@ public final class SharedDefaults: Sendable {
     // MARK: - Setting
 
     /// Sets a Boolean value.
+    /// - Parameters:
+    ///   - value: The value.
+    ///   - key: The key: 1 byte to 1 KiB of UTF-8.
     /// - Throws: `invalidName` for an empty key, `tooLarge` past the limits, `noSpace` on a
     ///   full disk (the old value is kept), `busy` when the writer lock stays held.
     public func set(_ value: Bool, forKey key: String) throws { try write(.bool(value), forKey: key) }
-    /// Sets an integer. - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// Sets an integer.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set(_ value: Int, forKey key: String) throws { try write(.int(value), forKey: key) }
-    /// Sets a floating-point value. - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// Sets a floating-point value.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set(_ value: Double, forKey key: String) throws { try write(.double(value), forKey: key) }
-    /// Sets a string. - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// Sets a string.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set(_ value: String, forKey key: String) throws { try write(.string(value), forKey: key) }
-    /// Sets bytes. - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// Sets bytes.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set(_ value: Data, forKey key: String) throws { try write(.data(Array(value)), forKey: key) }
-    /// Sets a date. - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// Sets a date.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set(_ value: Date, forKey key: String) throws { try write(.date(value), forKey: key) }
 
     /// Sets any `Codable` value (the basic types natively, others as JSON).
-    /// - Throws: See ``set(_:forKey:)-(Bool,_)``; `invalidArgument` when `value` does not encode.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`; `invalidArgument` when `value` does not encode.
     public func set<T: Codable>(_ value: T, forKey key: String) throws {
         try write(try DefaultsValue.encode(value), forKey: key)
     }
 
     /// Sets a value through a typed key.
-    /// - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func set<T: Codable>(_ value: T, for key: DefaultsKey<T>) throws {
         try set(value, forKey: key.name)
     }
@@ -115,7 +123,7 @@ public final class SharedDefaults: Sendable {
     /// refused when it is no longer valid or a write with a newer epoch of the same scope was
     /// made. The highest epoch per scope is kept in the log, checked and raised in the same
     /// append as the value.
-    /// - Throws: `fenced` when the token is stale; see also ``set(_:forKey:)-(Bool,_)``.
+    /// - Throws: `fenced` when the token is stale; see also the `Bool` overload of `set(_:forKey:)`.
     public func set<T: Codable>(_ value: T, forKey key: String, fencedBy fence: some Fence) throws {
         try Self.validate(key: key)
         let encoded = try DefaultsValue.encode(value)
@@ -224,7 +232,7 @@ public final class SharedDefaults: Sendable {
     /// Sets `key` to `new` (removes it when `nil`) only if it currently holds `expected`
     /// (absent when `nil`), atomically across processes.
     /// - Returns: Whether the value was replaced.
-    /// - Throws: See ``set(_:forKey:)-(Bool,_)``.
+    /// - Throws: See the `Bool` overload of `set(_:forKey:)`.
     public func compareAndSet<T: Codable>(_ key: String, expected: T?, new: T?) throws -> Bool {
         try Self.validate(key: key)
         let expectedValue = try expected.map { try DefaultsValue.encode($0) }
@@ -265,7 +273,7 @@ public final class SharedDefaults: Sendable {
     /// one of them, `body` runs again on fresh values (it runs without any lock held). Keep side
     /// effects out of it.
     /// - Throws: what `body` throws (nothing is written then); `busy` when other writers kept
-    ///   conflicting for longer than the lock timeout; see also ``set(_:forKey:)-(Bool,_)``.
+    ///   conflicting for longer than the lock timeout; see also the `Bool` overload of `set(_:forKey:)`.
     public func transaction(_ body: (inout DefaultsTransaction) throws -> Void) throws {
         let deadline = ContinuousClock.now + store.lockTimeout
         while true {
