@@ -84,7 +84,8 @@ final class DefaultsStore: Sendable {
         }
     }
 
-    private let state: Mutex<State>
+    /// Everything this process knows of the suite (internal for the cursor extension).
+    let state: Mutex<State>
 
     init(container: SharedContainer, suite: String, lockTimeout: Duration) throws {
         try SharedContainer.validateName(suite, what: "a defaults suite name", maxBytes: 200)
@@ -264,7 +265,7 @@ final class DefaultsStore: Sendable {
     /// Brings `state` up to the committed word: nothing when it did not change, the new records
     /// when it grew, the whole new file after a compaction.
     @inline(__always)
-    private func refresh(_ state: inout State) throws {
+    func refresh(_ state: inout State) throws {
         let word = baton_load64(meta.committed)
         if word == state.seen { return }
         try catchUp(&state, word)
@@ -591,82 +592,5 @@ final class DefaultsStore: Sendable {
         state = State(log: file, generation: generation, length: DefaultsLogFormat.headerSize, seen: word)
         state.report = report
         Self.replay(&state, to: position)
-    }
-
-    // MARK: - Watching
-
-    /// Where an observation is: the generation and offset it has seen, and a digest of the value
-    /// of every key it watches (so a compaction, which rewrites the file, is compared by value).
-    struct Cursor {
-        var generation: UInt64
-        var offset: Int
-        var digests: [String: UInt64]
-        let filter: String?
-    }
-
-    private static func digest(tag: UInt8, _ bytes: UnsafeRawBufferPointer) -> UInt64 {
-        UInt64(Checksum.crc32c(bytes, seed: UInt32(tag))) << 32 | UInt64(truncatingIfNeeded: bytes.count) << 8 | UInt64(tag)
-    }
-
-    private static func digests(_ state: State, filter: String?) -> [String: UInt64] {
-        var result: [String: UInt64] = [:]
-        func add(_ key: String, _ entry: IndexEntry) {
-            result[key] = digest(tag: entry.tag, UnsafeRawBufferPointer(start: state.base + entry.valueOffset, count: entry.valueLength))
-        }
-        if let filter {
-            if let entry = state.index[filter] { add(filter, entry) }
-        } else {
-            for (key, entry) in state.index { add(key, entry) }
-        }
-        return result
-    }
-
-    func makeCursor(filter: String?) throws -> Cursor {
-        try state.withLock { state in
-            try refresh(&state)
-            return Cursor(generation: state.generation, offset: state.length, digests: Self.digests(state, filter: filter), filter: filter)
-        }
-    }
-
-    /// The keys whose value changed since `cursor`, in the order they changed; moves the cursor.
-    func changedKeys(_ cursor: inout Cursor) throws -> [String] {
-        try state.withLock { state in
-            try refresh(&state)
-            var changed: [String] = []
-            if cursor.generation == state.generation && cursor.offset <= state.length {
-                let base = UnsafeRawPointer(state.base)
-                let filterBytes = cursor.filter.map { Array($0.utf8) }
-                _ = DefaultsLogFormat.scan(base, from: cursor.offset, to: state.length) { _, entries in
-                    for entry in entries where entry.operation != .fence {
-                        let keyBytes = UnsafeRawBufferPointer(start: base + entry.keyOffset, count: entry.keyLength)
-                        if let wanted = filterBytes, !wanted.elementsEqual(keyBytes) { continue }
-                        let key = String(decoding: keyBytes, as: UTF8.self)
-                        let digest: UInt64? = entry.operation == .remove ? nil
-                            : Self.digest(tag: entry.tag, UnsafeRawBufferPointer(start: base + entry.valueOffset, count: entry.valueLength))
-                        if cursor.digests[key] != digest {
-                            cursor.digests[key] = digest
-                            if !changed.contains(key) { changed.append(key) }
-                        }
-                    }
-                }
-            } else {
-                let now = Self.digests(state, filter: cursor.filter)
-                for (key, digest) in now where cursor.digests[key] != digest { changed.append(key) }
-                for key in cursor.digests.keys where now[key] == nil { changed.append(key) }
-                cursor.digests = now
-            }
-            cursor.generation = state.generation
-            cursor.offset = state.length
-            return changed
-        }
-    }
-
-    func addWatcher() { baton_add32(meta.watchers, 1) }
-
-    func removeWatcher() {
-        while true {
-            let current = baton_load32(meta.watchers)
-            if current == 0 || baton_cas32(meta.watchers, current, current - 1) != 0 { return }
-        }
     }
 }
