@@ -15,6 +15,7 @@ struct BatonCommand: AsyncParsableCommand {
             DatabaseTestCommand.self,
             ChannelCommand.self,
             RoleCommand.self,
+            DefaultsCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]

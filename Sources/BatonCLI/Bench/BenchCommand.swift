@@ -55,6 +55,7 @@ let benchSuites: [any BenchSuite.Type] = [
     DatabaseBench.self,
     ChannelsBench.self,
     RolesBench.self,
+    DefaultsBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
