@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
+        .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -36,11 +37,28 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BatonLoopback",
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "BatonExtensionSample",
+            dependencies: [
+                "Baton",
+                "BatonDatabase",
+                "BatonLoopback",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "BatonCLI",
             dependencies: [
                 "Baton",
                 "BatonDatabase",
+                "BatonLoopback",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),

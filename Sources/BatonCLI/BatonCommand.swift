@@ -16,6 +16,7 @@ struct BatonCommand: AsyncParsableCommand {
             ChannelCommand.self,
             RoleCommand.self,
             DefaultsCommand.self,
+            InboxCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
         ]

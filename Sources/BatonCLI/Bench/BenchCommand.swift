@@ -56,6 +56,7 @@ let benchSuites: [any BenchSuite.Type] = [
     ChannelsBench.self,
     RolesBench.self,
     DefaultsBench.self,
+    InboxBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {
