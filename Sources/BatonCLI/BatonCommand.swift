@@ -10,10 +10,12 @@ struct BatonCommand: AsyncParsableCommand {
         subcommands: [
             SignalCommand.self,
             PresenceCommand.self,
-            RoleCommand.self,
             LockCommand.self,
             DatabaseCommand.self,
             DatabaseTestCommand.self,
+            ChannelCommand.self,
+            RoleCommand.self,
+            DefaultsCommand.self,
             InboxCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,

@@ -256,6 +256,23 @@ struct RoleTests {
         await again.release()
     }
 
+    @Test func suspendingAnyContainerObjectOfTheDirectorySuspendsTheRole() async throws {
+        let dir = try TemporaryContainer()
+        let first = try SharedContainer(path: dir.path)
+        let second = try SharedContainer(path: dir.path)
+        let lease = try await first.role().acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
+        _ = try second.role()
+        await second.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: dir.path + "/.baton").isEmpty)
+        #expect((try #require(throws: BatonError.self) { try lease.validate() }).code == .suspended)
+        await lease.suspend()
+        try await lease.resume()
+        #expect((try #require(throws: BatonError.self) { try lease.validate() }).code == .suspended, "still suspended through the second object")
+        try await second.resume()
+        try lease.validate()
+        await lease.release()
+    }
+
     @Test func acquiringWhileSuspendedIsRefused() async throws {
         let dir = try TemporaryContainer()
         let container = try SharedContainer(path: dir.path)

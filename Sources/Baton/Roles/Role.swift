@@ -161,11 +161,11 @@ public final class Role: SuspensionParticipant {
     public func statusChanges() -> RoleStatusChanges { RoleStatusChanges(role: self) }
 
     /// Releases every kernel lock this role holds in this process.
-    public func suspend() async { core.suspend() }
+    public func suspend() async { core.suspend(by: core.ownSuspensionID) }
 
     /// Takes this process's grant back.
     /// - Throws: `lost` with the new epoch when another process took the role meanwhile.
-    public func resume() async throws { try core.resume() }
+    public func resume() async throws { try core.resume(by: core.ownSuspensionID) }
 }
 
 /// A role's status, then one element per change, as an `AsyncSequence`. Iterate from one task;

@@ -33,14 +33,14 @@ extension RoleCore {
         options: RoleOptions,
         deadline: Deadline
     ) async throws -> UInt64 {
-        try container.suspension.checkActive("acquire role \(name)")
+        try checkActive("acquire role \(name)")
         _ = try container.signals
         var postedStop = false
         var granted = false
         defer {
             let waited = waiterLock.isLocked
             waiterLock.unlock()
-            if postedStop && !granted && !container.suspension.isSuspended {
+            if postedStop && !granted && !state.withLock({ $0.suspended }) {
                 let waiterID = waiterLock.id
                 _ = try? directory.transition { transaction in
                     guard transaction.record.stop?.waiterID == waiterID else { return }
@@ -66,7 +66,7 @@ extension RoleCore {
         var filesSeen: UInt64 = 0
         while true {
             if let sources { filesSeen = sources.files.events.snapshot() }
-            try container.suspension.checkActive("acquire role \(name)")
+            try checkActive("acquire role \(name)")
             try Task.checkCancellation()
             let decision: Decision
             do {

@@ -43,11 +43,17 @@ final class RoleCore: Sendable {
         /// Tickets of tasks waiting for the turn, in arrival order.
         var tickets: [UInt64] = []
         var nextTicket: UInt64 = 0
-        var suspended = false
+        /// Who suspended the role: the suspension controllers of the container objects it is
+        /// used through (several objects may open one directory), or the role itself
+        /// (``Role/suspend()``). The role is suspended while any of them is.
+        var suspendedBy: Set<ObjectIdentifier> = []
+        var suspended: Bool { !suspendedBy.isEmpty }
         /// Epochs this process held and lost (overtaken, or taken while suspended), with the
         /// epoch that replaced them, for error messages.
         var lost: [UInt64: UInt64] = [:]
-        var token: SuspensionController.RegistrationToken?
+        /// Registrations with the suspension controller of every container object the role was
+        /// opened through.
+        var registrations: [ObjectIdentifier: (controller: SuspensionController, token: SuspensionController.RegistrationToken)] = [:]
     }
 
     let state = Mutex(State())
@@ -69,7 +75,9 @@ final class RoleCore: Sendable {
     }
 
     deinit {
-        if let token = state.withLock({ $0.token }) { container.suspension.unregister(token) }
+        for registration in state.withLock({ $0.registrations.values }) {
+            registration.controller.unregister(registration.token)
+        }
         // The lock files close themselves.
     }
 
@@ -105,21 +113,53 @@ final class RoleCore: Sendable {
         let info = try Sys.fstat(container.directory).get("checking \(container.batonPath)")
         let key = "\(info.st_dev):\(info.st_ino):\(name)"
         return try registry.withLock { registry in
-            if let core = registry[key]?.core { return core }
-            let core = try RoleCore(container: container, name: name)
-            let token = container.suspension.register(SuspensionForwarder(core))
-            core.state.withLock { $0.token = token }
-            registry[key] = WeakCore(core)
-            registry = registry.filter { $0.value.core != nil }
+            let core: RoleCore
+            if let existing = registry[key]?.core {
+                core = existing
+            } else {
+                core = try RoleCore(container: container, name: name)
+                registry[key] = WeakCore(core)
+                registry = registry.filter { $0.value.core != nil }
+            }
+            core.register(with: container.suspension)
             return core
         }
     }
 
+    /// Registers with the suspension controller of a container object the role is opened
+    /// through (once per controller): suspending any object of the directory suspends the role.
+    private func register(with controller: SuspensionController) {
+        let id = ObjectIdentifier(controller)
+        guard state.withLock({ $0.registrations[id] == nil }) else { return }
+        let token = controller.register(SuspensionForwarder(self, by: id))
+        let duplicate = state.withLock { state -> Bool in
+            if state.registrations[id] != nil { return true }
+            state.registrations[id] = (controller, token)
+            if controller.isSuspended { state.suspendedBy.insert(id) }
+            return false
+        }
+        if duplicate { controller.unregister(token) }
+    }
+
     private final class SuspensionForwarder: SuspensionParticipant {
         weak let core: RoleCore?
-        init(_ core: RoleCore) { self.core = core }
-        func suspend() async { core?.suspend() }
-        func resume() async throws { try core?.resume() }
+        let id: ObjectIdentifier
+        init(_ core: RoleCore, by id: ObjectIdentifier) {
+            self.core = core
+            self.id = id
+        }
+        func suspend() async { core?.suspend(by: id) }
+        func resume() async throws { try core?.resume(by: id) }
+    }
+
+    /// The identity used by ``Role/suspend()`` and ``RoleLease/suspend()``.
+    var ownSuspensionID: ObjectIdentifier { ObjectIdentifier(self) }
+
+    /// Throws `suspended` while any suspension of the role is in force.
+    func checkActive(_ doing: @autoclosure () -> String) throws {
+        if state.withLock({ $0.suspended }) {
+            throw BatonError(.suspended, "cannot \(doing()) while the process is suspended; call resume() first")
+        }
     }
 
     // MARK: The process's turn
@@ -240,7 +280,7 @@ final class RoleCore: Sendable {
 
     /// Enters a critical section of the grant of `epoch`.
     func enterCritical(_ epoch: UInt64) throws {
-        try container.suspension.checkActive("enter a critical section of role \(name)")
+        try checkActive("enter a critical section of role \(name)")
         let first = state.withLock { state -> Bool in
             guard var grant = state.grant, grant.epoch == epoch else { return false }
             grant.criticalDepth += 1
@@ -328,8 +368,8 @@ final class RoleCore: Sendable {
 
     // MARK: Suspension
 
-    func suspend() {
-        state.withLock { $0.suspended = true }
+    func suspend(by id: ObjectIdentifier) {
+        state.withLock { _ = $0.suspendedBy.insert(id) }
         // Closing (not only unlocking) also wakes waiters through the close event. Transitions
         // check `suspended` and cannot run meanwhile, so nothing is locked again after this.
         directory.excludingTransitions {
@@ -342,10 +382,10 @@ final class RoleCore: Sendable {
         ring()
     }
 
-    func resume() throws {
+    func resume(by id: ObjectIdentifier) throws {
         let grant = state.withLock { state -> Grant? in
-            state.suspended = false
-            return state.grant
+            state.suspendedBy.remove(id)
+            return state.suspended ? nil : state.grant
         }
         defer { turnChanges.notify() }
         guard let grant, !holderLock.isLocked else { return }

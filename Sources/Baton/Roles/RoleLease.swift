@@ -96,13 +96,14 @@ public final class RoleLease: Fence, SuspensionParticipant {
 
     /// Releases every kernel lock of this process's grant of the role (like the container's
     /// suspension does).
-    public func suspend() async { core.suspend() }
+    public func suspend() async { core.suspend(by: core.ownSuspensionID) }
 
-    /// Takes the grant back if nobody took the role meanwhile.
+    /// Takes the grant back if nobody took the role meanwhile (once every suspension of the
+    /// role in this process has ended).
     /// - Throws: `lost` naming the new epoch when another process took the role.
     public func resume() async throws {
-        try core.resume()
-        if !core.grantIsActive(epoch), !released.withLock({ $0 }) {
+        try core.resume(by: core.ownSuspensionID)
+        if core.state.withLock({ $0.grant?.epoch != epoch }), !released.withLock({ $0 }) {
             throw BatonError(.lost, "the lease of role \(scope) with epoch \(epoch) was lost; the current epoch is \(core.lostReplacement(of: epoch).map(String.init) ?? "unknown")")
         }
     }

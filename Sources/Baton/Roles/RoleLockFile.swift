@@ -5,11 +5,13 @@ import Synchronization
 /// the process holds the role) or `waiter-<pid>-<id>.lock` (held while it waits, with its
 /// priority, pid and kind inside).
 ///
-/// The file is created once and kept open: taking and dropping the role only locks and unlocks
-/// it, so the hot path creates and deletes no files. The kernel drops the lock the instant the
-/// process dies (and closing the descriptor then wakes watchers through inotify); a suspension
-/// closes the descriptor. A file found unlinked (another process removed it after this process
-/// died... or looked dead) is created again before it is locked.
+/// The file is created (and mapped) when the role is opened and kept open: taking and dropping
+/// the role only locks and unlocks it, so the hot path creates and deletes no files (creating a
+/// file waits for the file system's journal). The kernel drops the lock the instant the process
+/// dies, and closing the descriptor then wakes watchers through inotify; a suspension closes the
+/// descriptor too. Other processes remove the file only once its pid is gone (a reused pid only
+/// delays that); the owner removes it on deinit. A file found unlinked anyway is created again
+/// before it is locked.
 final class RoleLockFile: Sendable {
     let directory: RoleDirectory
     let prefix: String

@@ -52,10 +52,12 @@ protocol BenchSuite: SendableMetatype {
 /// Every suite, by name. Each area adds its own here.
 let benchSuites: [any BenchSuite.Type] = [
     SignalsBench.self,
+    DatabaseBench.self,
+    ChannelsBench.self,
     RolesBench.self,
+    DefaultsBench.self,
     InboxBench.self,
     LifecycleBench.self,
-    DatabaseBench.self,
 ]
 
 struct BenchCommand: AsyncParsableCommand {

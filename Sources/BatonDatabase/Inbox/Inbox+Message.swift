@@ -56,9 +56,13 @@ extension Inbox {
                 }
                 runs.end(runKey)
                 if outcome == .busy {
+                    // The role could not be had, or the source ended: wait for something to
+                    // change (against the role's status now, not the one before the run).
+                    let after = runs.changes.snapshot()
+                    let now = try role.status()
                     _ = try await InboxWait.next(
-                        signal: observation, local: runs.changes, after: runs.changes.snapshot(),
-                        role: roleChanged, deadline: deadline)
+                        signal: observation, local: runs.changes, after: after,
+                        role: Self.change(of: role, from: now), deadline: deadline)
                 }
                 continue
             }

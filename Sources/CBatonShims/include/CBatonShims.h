@@ -42,6 +42,40 @@ static inline int baton_futex_wake_all(uint32_t *addr) {
 static inline int baton_gettid(void) { return (int)syscall(SYS_gettid); }
 #include <sys/prctl.h>
 static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+// Open-file-description byte-range locks (released by the kernel when the holder dies) and
+// helpers for robust process-shared mutexes (declared below, in robust_mutex.c).
+#include <pthread.h>
+#ifndef F_OFD_GETLK
+#define F_OFD_GETLK 36
+#define F_OFD_SETLK 37
+#endif
+
+/// Takes (F_WRLCK) or releases (F_UNLCK) an OFD lock on `length` bytes at `start`, without
+/// waiting. Returns 0, or -1 with errno (EAGAIN/EACCES when someone else holds it).
+static inline int baton_ofd_setlk(int fd, int64_t start, int64_t length, short type) {
+    struct flock lock = { .l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = length, .l_pid = 0 };
+    return fcntl(fd, F_OFD_SETLK, &lock);
+}
+
+/// 1 when another open file description holds a conflicting OFD lock on the range, 0 when
+/// not, -1 with errno on failure.
+static inline int baton_ofd_held_by_other(int fd, int64_t start, int64_t length) {
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = length, .l_pid = 0 };
+    if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return -1;
+    return lock.l_type == F_UNLCK ? 0 : 1;
+}
+
+static inline int baton_robust_mutex_trylock(void *mutex) { return pthread_mutex_trylock((pthread_mutex_t *)mutex); }
+/// A CPU hint for a short spin loop.
+static inline void baton_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+static inline size_t baton_robust_mutex_size(void) { return sizeof(pthread_mutex_t); }
 #endif
 
 
@@ -87,5 +121,17 @@ int baton_exit_with_parent(void);
 
 /// CRC-32C of `length` bytes, continuing from `crc` (start with 0).
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length);
+
+#if defined(__linux__)
+/// Bytes reserved for a process-shared robust mutex in shared memory (>= sizeof(pthread_mutex_t)).
+#define BATON_ROBUST_MUTEX_SIZE 64
+/// Initialises a PTHREAD_PROCESS_SHARED + PTHREAD_MUTEX_ROBUST mutex at `memory`. Returns 0 or an errno.
+int baton_robust_mutex_init(void *memory);
+/// Locks; `timeout_ns` < 0 waits forever. Returns 0, EOWNERDEAD (locked; the previous owner died
+/// holding it: repair, then call baton_robust_mutex_consistent), ETIMEDOUT, ENOTRECOVERABLE or an errno.
+int baton_robust_mutex_lock(void *memory, int64_t timeout_ns);
+int baton_robust_mutex_unlock(void *memory);
+int baton_robust_mutex_consistent(void *memory);
+#endif
 
 #endif

@@ -1,0 +1,234 @@
+#if os(Linux)
+import CBatonShims
+import Synchronization
+
+/// A futex word in a channel's header that every state change of one kind rings ("an element
+/// arrived", "room was made"), and the one thread per process and word that sleeps on it while
+/// local tasks wait, resuming them when the word moves or their deadline passes.
+///
+/// Waiting tasks never park a thread: they suspend on a continuation. A waiter reads the word
+/// (``snapshot()``) *before* checking its condition and waits for the word to move past that
+/// value, so a change made after the check is never missed. The thread sleeps on a private word
+/// while no task of this process waits, and counts itself in the header's sleeper count while it
+/// may be asleep on the shared word, so a ringer makes the `futex_wake` system call only when
+/// someone may be asleep. Deadlines are the thread's futex timeouts: no timer task per wait.
+final class ChannelDoorbell: @unchecked Sendable {
+    // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
+    // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
+    // atomics. `idleWord` is private memory touched with atomics. Everything else is in `state`
+    // (a Mutex).
+    private let word: UnsafeMutablePointer<UInt32>
+    private let sleepers: UnsafeMutablePointer<UInt32>
+    private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private let threadName: String
+    private let memory: ChannelHeaderMemory
+
+    private struct Waiter {
+        var seen: UInt32
+        var deadline: ContinuousClock.Instant?
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var waiters: [UInt64: Waiter] = [:]
+        var nextID: UInt64 = 0
+        var started = false
+        var shutdown = false
+        /// The thread sleeps on its private word.
+        var threadIdle = false
+        /// When the thread's futex wait times out (`nil`: never), as last computed.
+        var sleepingUntil: ContinuousClock.Instant?
+    }
+
+    private let state = Mutex(State())
+
+    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
+        self.memory = memory
+        self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
+        self.sleepers = memory.pointer.advanced(by: sleepers).assumingMemoryBound(to: UInt32.self)
+        self.threadName = threadName
+        idleWord.initialize(to: 0)
+    }
+
+    deinit { idleWord.deallocate() }
+
+    /// A ring adds `ringStep` to the word; a kick (which only makes the threads re-read their
+    /// deadlines) adds 1. Waiters compare the word divided by `ringStep`.
+    private static let ringStep: UInt32 = 256
+
+    /// The doorbell's ring count: read it before checking the condition you will wait for.
+    func snapshot() -> UInt32 { baton_load32(word) / Self.ringStep }
+
+    /// Rings the doorbell: call after the state change is visible (after unlocking).
+    func ring() {
+        baton_add32(word, Self.ringStep)
+        if baton_load32(sleepers) > 0 { _ = baton_futex_wake_all(word) }
+    }
+
+    /// Makes the sleeping threads re-read their deadlines, without waking any waiter.
+    private func kick() {
+        baton_add32(word, 1)
+        _ = baton_futex_wake_all(word)
+    }
+
+    /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
+    /// its condition).
+    /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
+    func wait(after seen: UInt32, deadline: Deadline) async throws {
+        try Task.checkCancellation()
+        if let instant = deadline.instant, ContinuousClock.now >= instant {
+            if snapshot() != seen { return }
+            throw Self.timedOut()
+        }
+        let id = state.withLock { state -> UInt64 in
+            state.nextID &+= 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (outcome, start, wake, kick) = state.withLock { state -> (Result<Void, any Error>?, Bool, Bool, Bool) in
+                    if Task.isCancelled { return (.failure(CancellationError()), false, false, false) }
+                    if snapshot() != seen { return (.success(()), false, false, false) }
+                    state.waiters[id] = Waiter(seen: seen, deadline: deadline.instant, continuation: continuation)
+                    let start = !state.started
+                    state.started = true
+                    let wake = state.threadIdle
+                    state.threadIdle = false
+                    var kick = false
+                    if !start, !wake, let instant = deadline.instant, state.sleepingUntil.map({ instant < $0 }) ?? true {
+                        state.sleepingUntil = instant
+                        kick = true
+                    }
+                    return (nil, start, wake, kick)
+                }
+                if let outcome {
+                    continuation.resume(with: outcome)
+                    return
+                }
+                if start {
+                    KernelThread.spawn(name: threadName) { [self] in self.run() }
+                } else if wake {
+                    baton_add32(idleWord, 1)
+                    _ = baton_futex_wake_all(idleWord)
+                } else if kick {
+                    self.kick()
+                }
+            }
+        } onCancel: {
+            let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
+            continuation?.resume(throwing: CancellationError())
+        }
+    }
+
+    static func timedOut() -> BatonError {
+        BatonError(.timedOut, "the deadline passed before the channel could proceed")
+    }
+
+    /// Stops the thread (the channel is going away).
+    func shutdown() {
+        let started = state.withLock { state -> Bool in
+            state.shutdown = true
+            return state.started
+        }
+        guard started else { return }
+        baton_add32(idleWord, 1)
+        _ = baton_futex_wake_all(idleWord)
+        ring()
+    }
+
+    /// How long the thread keeps sleeping on the shared word after its last waiter left, so that
+    /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
+    static let linger: Duration = .milliseconds(50)
+
+    private func run() {
+        var counted = false
+        var lingerUntil: ContinuousClock.Instant?
+        while true {
+            let idleSeen = baton_load32(idleWord)
+            if !counted {
+                // Count as a possible sleeper before reading the word (see `ring`).
+                baton_add32(sleepers, 1)
+                counted = true
+            }
+            let current = baton_load32(word)
+            let rings = current / Self.ringStep
+            let now = ContinuousClock.now
+            let (ready, expired, nearest, idle, shutdown) = state.withLock { state -> ([CheckedContinuation<Void, any Error>], [CheckedContinuation<Void, any Error>], ContinuousClock.Instant?, Bool, Bool) in
+                var ready: [CheckedContinuation<Void, any Error>] = []
+                var expired: [CheckedContinuation<Void, any Error>] = []
+                var nearest: ContinuousClock.Instant?
+                for (id, waiter) in state.waiters {
+                    if waiter.seen != rings {
+                        ready.append(waiter.continuation)
+                        state.waiters[id] = nil
+                    } else if let deadline = waiter.deadline {
+                        if deadline <= now {
+                            expired.append(waiter.continuation)
+                            state.waiters[id] = nil
+                        } else {
+                            nearest = nearest.map { min($0, deadline) } ?? deadline
+                        }
+                    }
+                }
+                if state.waiters.isEmpty {
+                    let until = lingerUntil ?? now.advanced(by: Self.linger)
+                    lingerUntil = until
+                    if until > now {
+                        // Linger: keep sleeping on the shared word until `until`.
+                        state.sleepingUntil = until
+                        state.threadIdle = false
+                        return (ready, expired, until, false, state.shutdown)
+                    }
+                } else {
+                    lingerUntil = nil
+                }
+                state.sleepingUntil = nearest
+                state.threadIdle = state.waiters.isEmpty && !state.shutdown
+                return (ready, expired, nearest, state.waiters.isEmpty, state.shutdown)
+            }
+            for continuation in ready { continuation.resume() }
+            for continuation in expired { continuation.resume(throwing: Self.timedOut()) }
+            if shutdown {
+                baton_sub32(sleepers, 1)
+                return
+            }
+            if idle {
+                baton_sub32(sleepers, 1)
+                counted = false
+                lingerUntil = nil
+                _ = baton_futex_wait(idleWord, idleSeen, -1)
+                continue
+            }
+            let timeout = nearest.map { max(Int64(0), (($0 - ContinuousClock.now).nanoseconds)) } ?? -1
+            _ = baton_futex_wait(word, current, timeout)
+        }
+    }
+}
+
+/// The header of a channel (mapped from its file, or allocated for an in-process channel), kept
+/// alive by the channel and by its doorbell threads.
+final class ChannelHeaderMemory: @unchecked Sendable {
+    // @unchecked: immutable; the memory it points to is shared and touched with atomics or
+    // under the channel's robust mutex.
+    let pointer: UnsafeMutableRawPointer
+    let size: Int
+    private let mapped: Bool
+
+    init(mapped pointer: UnsafeMutableRawPointer, size: Int) {
+        self.pointer = pointer
+        self.size = size
+        self.mapped = true
+    }
+
+    init(allocating size: Int) {
+        pointer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 64)
+        pointer.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+        self.size = size
+        mapped = false
+    }
+
+    deinit {
+        if mapped { Sys.munmap(pointer, size: size) } else { pointer.deallocate() }
+    }
+}
+#endif

@@ -1,0 +1,692 @@
+#if os(Linux)
+import CBatonShims
+import Synchronization
+
+/// The storage of one channel: a header with a robust process-shared mutex and doorbells, and a
+/// log of ``ChannelFrame``s that consumers take and then acknowledge.
+///
+/// A cross-process channel lives in `.baton/channels/<name>`; an in-process channel uses the same
+/// layout in private memory. File layout (little-endian):
+/// ```
+/// header (4096 bytes, mapped on its own so the mutex never moves)
+///   0 magic "BATNCHN1"   8 version   12 capacity kind   16 capacity count   24 CRC-32C of 0..<24
+///   64  robust process-shared pthread mutex (held for microseconds)
+///   128 readable doorbell (futex word)   132 its sleepers
+///   136 writable doorbell (futex word)   140 its sleepers
+///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
+///   200 next take id   208 waiting receivers   216 layout epoch   224 skipped malformed regions
+/// data (from byte 4096): frames between head and tail; consumed frames before head are
+///   reclaimed by moving the live frames to the start (only when they do not overlap), or the
+///   file grows.
+/// ```
+/// A taker holds an OFD lock on one byte at `2^40 + slot` of the file while it lives; a frame it
+/// took but did not acknowledge goes back to the channel once the kernel has dropped that lock.
+final class ChannelLog: @unchecked Sendable {
+    // @unchecked: `data`, `mappedDataSize` and `slot` are read and written only while holding the
+    // robust mutex in the header (see `withLock`); header fields are touched with atomics (most
+    // under the same mutex); the doorbells and `local` are Sendable.
+
+    static let magic: UInt64 = 0x314E_4843_4E54_4142 // "BATNCHN1" little-endian
+    static let version: UInt32 = 1
+    static let headerSize = 4096
+    static let initialDataSize = 64 * 1024
+    static let participantBase: Int64 = 1 << 40
+    static let maxParticipants = 4096
+    static let directoryName = "channels"
+    static let lockSpins = 64
+
+    private static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
+    private static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
+    private static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
+    private static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
+
+    enum Storage { case file(fd: Int32, relativePath: String, absolutePath: String), memory }
+
+    let storage: Storage
+    let capacity: ChannelCapacity
+    let name: String
+    let readable: ChannelDoorbell
+    let writable: ChannelDoorbell
+    private let header: UnsafeMutableRawPointer
+    private let headerMemory: ChannelHeaderMemory
+    private var data: UnsafeMutableRawPointer
+    private var mappedDataSize: Int
+    private var slot: Int?
+    private let container: SharedContainer?
+    private let local = Mutex<(events: FileEvents.Subscription?, suspension: SuspensionController.RegistrationToken?)>((nil, nil))
+
+    // MARK: Opening
+
+    /// An in-process channel.
+    init(memoryCapacity capacity: ChannelCapacity) {
+        self.capacity = capacity.normalized
+        self.name = "(in-process)"
+        self.storage = .memory
+        self.container = nil
+        headerMemory = ChannelHeaderMemory(allocating: Self.headerSize)
+        header = headerMemory.pointer
+        data = UnsafeMutableRawPointer.allocate(byteCount: Self.initialDataSize, alignment: 64)
+        mappedDataSize = Self.initialDataSize
+        slot = 0
+        let result = baton_robust_mutex_init(header.advanced(by: Self.oMutex))
+        precondition(result == 0, "pthread_mutex_init failed with \(result)")
+        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
+        baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
+    }
+
+    /// Opens (creating when missing) `.baton/channels/<name>`.
+    init(container: SharedContainer, name: String, capacity requested: ChannelCapacity?) throws {
+        try SharedContainer.validateName(name, what: "a channel name")
+        try container.makeDirectory(Self.directoryName)
+        let relativePath = Self.directoryName + "/" + name
+        let fd = try container.openFile(relativePath, flags: O_RDWR | O_CREAT)
+        var headerMemory: ChannelHeaderMemory?
+        do {
+            try Sys.flock(fd, LOCK_EX).get("locking the channel file \(relativePath) to open it")
+            defer { _ = Sys.flock(fd, LOCK_UN) }
+            let size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+            if size < Self.headerSize {
+                try Sys.ftruncate(fd, 0).get("resetting \(relativePath)")
+                try Sys.ftruncate(fd, Self.headerSize + Self.initialDataSize).get("creating \(relativePath)")
+            }
+            let mapped = try Sys.mmap(fd, size: Self.headerSize, writable: true).get("mapping \(relativePath)")
+            headerMemory = ChannelHeaderMemory(mapped: mapped, size: Self.headerSize)
+            if size < Self.headerSize || baton_load64(Self.dword(mapped, Self.oMagic)) == 0 {
+                let stored = (requested ?? .unbounded).normalized.stored
+                mapped.storeBytes(of: Self.version.littleEndian, toByteOffset: Self.oVersion, as: UInt32.self)
+                mapped.storeBytes(of: stored.kind.littleEndian, toByteOffset: Self.oKind, as: UInt32.self)
+                mapped.storeBytes(of: stored.count.littleEndian, toByteOffset: Self.oCount, as: UInt64.self)
+                let result = baton_robust_mutex_init(mapped.advanced(by: Self.oMutex))
+                guard result == 0 else {
+                    throw BatonError.system(SystemCallError(call: "pthread_mutex_init", errno: result), "initialising \(relativePath)")
+                }
+                baton_store64(Self.dword(mapped, Self.oDataSize), UInt64(Self.initialDataSize))
+                mapped.storeBytes(of: Self.magic.littleEndian, toByteOffset: Self.oMagic, as: UInt64.self)
+                mapped.storeBytes(of: Self.headerChecksum(mapped).littleEndian, toByteOffset: Self.oCRC, as: UInt32.self)
+            }
+            guard UInt64(littleEndian: mapped.load(fromByteOffset: Self.oMagic, as: UInt64.self)) == Self.magic,
+                  UInt32(littleEndian: mapped.load(fromByteOffset: Self.oCRC, as: UInt32.self)) == Self.headerChecksum(mapped) else {
+                throw BatonError(.corrupt, "the channel file \(container.absolutePath(relativePath)) is not a Baton channel or its header failed its checksum; remove it (its elements are lost) and open the channel again")
+            }
+            guard UInt32(littleEndian: mapped.load(fromByteOffset: Self.oVersion, as: UInt32.self)) == Self.version else {
+                throw BatonError(.corrupt, "the channel file \(container.absolutePath(relativePath)) has format version \(mapped.load(fromByteOffset: Self.oVersion, as: UInt32.self)); this Baton reads version \(Self.version)")
+            }
+            let kind = UInt32(littleEndian: mapped.load(fromByteOffset: Self.oKind, as: UInt32.self))
+            let count = UInt64(littleEndian: mapped.load(fromByteOffset: Self.oCount, as: UInt64.self))
+            guard let existing = ChannelCapacity(storedKind: kind, count: count) else {
+                throw BatonError(.corrupt, "the channel file \(container.absolutePath(relativePath)) names an unknown capacity; remove it")
+            }
+            if let requested, requested.normalized != existing {
+                throw BatonError(.invalidArgument, "the channel \(name) exists with capacity \(existing), not \(requested.normalized); open it with the same capacity")
+            }
+            self.capacity = existing
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+        let header = headerMemory!.pointer
+        self.headerMemory = headerMemory!
+        self.header = header
+        self.name = name
+        self.container = container
+        self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
+        self.data = header // replaced below, under the mutex
+        self.mappedDataSize = 0
+        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
+        do {
+            try withLock {}
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+        let token = container.suspension.register(SuspensionRelease(self))
+        local.withLock { $0.suspension = token }
+    }
+
+    /// The capacity of an existing channel, `nil` when it does not exist.
+    static func storedCapacity(container: SharedContainer, name: String) throws -> ChannelCapacity? {
+        try SharedContainer.validateName(name, what: "a channel name")
+        let relativePath = directoryName + "/" + name
+        let fd: Int32
+        switch Sys.openat(container.directory, relativePath, O_RDONLY) {
+        case .success(let value): fd = value
+        case .failure(let error) where error.errno == ENOENT: return nil
+        case .failure(let error): throw BatonError.system(error, "opening \(relativePath)")
+        }
+        defer { Sys.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relativePath)") }
+        guard count == 32 else { return nil }
+        return bytes.withUnsafeBytes { raw -> ChannelCapacity? in
+            guard UInt64(littleEndian: raw.load(fromByteOffset: oMagic, as: UInt64.self)) == magic else { return nil }
+            return ChannelCapacity(storedKind: UInt32(littleEndian: raw.load(fromByteOffset: oKind, as: UInt32.self)),
+                                   count: UInt64(littleEndian: raw.load(fromByteOffset: oCount, as: UInt64.self)))
+        }
+    }
+
+    deinit {
+        readable.shutdown()
+        writable.shutdown()
+        if let token = local.withLock({ $0.suspension }) { container?.suspension.unregister(token) }
+        switch storage {
+        case .memory:
+            data.deallocate()
+        case .file(let fd, _, _):
+            if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
+            Sys.close(fd) // also drops the participant lock
+        }
+    }
+
+    private static func headerChecksum(_ base: UnsafeMutableRawPointer) -> UInt32 {
+        Checksum.crc32c(UnsafeRawBufferPointer(start: base, count: 24))
+    }
+
+    // MARK: Header access
+
+    private static func word(_ base: UnsafeMutableRawPointer, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
+        base.advanced(by: offset).assumingMemoryBound(to: UInt32.self)
+    }
+    private static func dword(_ base: UnsafeMutableRawPointer, _ offset: Int) -> UnsafeMutablePointer<UInt64> {
+        base.advanced(by: offset).assumingMemoryBound(to: UInt64.self)
+    }
+    private func field(_ offset: Int) -> Int { Int(truncatingIfNeeded: baton_load64(Self.dword(header, offset))) }
+    private func setField(_ offset: Int, _ value: Int) { baton_store64(Self.dword(header, offset), UInt64(truncatingIfNeeded: value)) }
+    private func addField(_ offset: Int, _ delta: Int) { setField(offset, field(offset) &+ delta) }
+
+    /// Whether ``close()`` was called (by any process).
+    var isClosed: Bool { baton_load32(Self.word(header, Self.oClosed)) != 0 }
+
+    // MARK: The lock
+
+    /// Runs `body` holding the channel's robust mutex. When the previous holder died inside,
+    /// the log is repaired first.
+    private func withLock<R>(_ body: () throws -> R) throws -> R {
+        let mutex = header.advanced(by: Self.oMutex)
+        // The lock is held for microseconds: try a little before sleeping in the kernel.
+        var result = EBUSY
+        for _ in 0..<Self.lockSpins {
+            result = baton_robust_mutex_trylock(mutex)
+            if result != EBUSY { break }
+            baton_cpu_relax()
+        }
+        if result == EBUSY { result = baton_robust_mutex_lock(mutex, -1) }
+        if result == EOWNERDEAD {
+            defer { _ = baton_robust_mutex_consistent(mutex) }
+            try? followDataSize()
+            repair()
+        } else if result != 0 {
+            throw BatonError.system(SystemCallError(call: "pthread_mutex_lock", errno: result), "locking the channel \(name)")
+        }
+        defer { _ = baton_robust_mutex_unlock(mutex) }
+        try followDataSize()
+        return try body()
+    }
+
+    /// Maps the data region again when another process grew it.
+    private func followDataSize() throws {
+        let size = field(Self.oDataSize)
+        guard size != mappedDataSize, case .file(let fd, let relativePath, _) = storage else { return }
+        guard size > 0, size <= Int(Int32.max) * 16 else {
+            throw BatonError(.corrupt, "the channel file \(relativePath) records an impossible data size \(size); remove it")
+        }
+        let fileSize = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+        if fileSize < Self.headerSize + size {
+            try Sys.ftruncate(fd, Self.headerSize + size).get("extending \(relativePath)")
+        }
+        let mapped = try mapData(fd, size: size, relativePath: relativePath)
+        if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
+        data = mapped
+        mappedDataSize = size
+    }
+
+    private func mapData(_ fd: Int32, size: Int, relativePath: String) throws -> UnsafeMutableRawPointer {
+        guard let pointer = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(Self.headerSize)), pointer != MAP_FAILED else {
+            throw BatonError.system(SystemCallError(call: "mmap", errno: errno), "mapping the data of \(relativePath)")
+        }
+        return pointer
+    }
+
+    /// Makes room for `size` more bytes at the tail: moves the live frames to the start when they
+    /// do not overlap their destination (so a crash mid-copy leaves the old frames intact), or
+    /// grows the data region.
+    private func ensureSpace(_ size: Int) throws {
+        var head = field(Self.oHead), tail = field(Self.oTail)
+        if tail + size <= mappedDataSize { return }
+        let live = tail - head
+        if head > 0, live < head, live + size <= mappedDataSize {
+            if live > 0 { data.copyMemory(from: data.advanced(by: head), byteCount: live) }
+            // tail first: a crash in between leaves head > tail, which `repair` reads as "moved".
+            setField(Self.oTail, live)
+            setField(Self.oHead, 0)
+            addField(Self.oEpoch, 1)
+            head = 0; tail = live
+            return
+        }
+        let needed = tail + size
+        var newSize = max(mappedDataSize * 2, Self.initialDataSize)
+        while newSize < needed { newSize *= 2 }
+        switch storage {
+        case .memory:
+            let grown = UnsafeMutableRawPointer.allocate(byteCount: newSize, alignment: 64)
+            grown.copyMemory(from: data, byteCount: tail)
+            data.deallocate()
+            data = grown
+            mappedDataSize = newSize
+            setField(Self.oDataSize, newSize)
+        case .file(let fd, let relativePath, _):
+            try Sys.ftruncate(fd, Self.headerSize + newSize).get("growing \(relativePath) to \(newSize) bytes")
+            setField(Self.oDataSize, newSize)
+            try followDataSize()
+        }
+    }
+
+    // MARK: Walking frames
+
+    private func frame(_ offset: Int) -> UnsafeMutableRawPointer { data.advanced(by: offset) }
+    private func state(_ offset: Int) -> UInt32 { baton_load32(Self.word(data, offset)) }
+    private func setState(_ offset: Int, _ state: ChannelFrame.State) { baton_store32(Self.word(data, offset), state.rawValue) }
+
+    /// The size of the frame at `offset`, or `nil` when its header is damaged.
+    private func extent(_ offset: Int, tail: Int) -> Int? {
+        ChannelFrame.extent(frame(offset), available: tail - offset)
+    }
+
+    /// The next offset after `offset` where a whole, checksummed frame starts (or `tail`).
+    private func resynchronize(after offset: Int, tail: Int) -> Int {
+        var candidate = (offset + 8) & ~7
+        while candidate < tail {
+            if extent(candidate, tail: tail) != nil, ChannelFrame.checksumMatches(frame(candidate)) { return candidate }
+            candidate += 8
+        }
+        return tail
+    }
+
+    /// Calls `visit(offset, size)` for each readable frame from head to tail, skipping damaged
+    /// bytes; stops when `visit` returns false.
+    private func walk(_ visit: (Int, Int) -> Bool) {
+        let tail = min(field(Self.oTail), mappedDataSize)
+        var offset = field(Self.oHead)
+        while offset < tail {
+            guard let size = extent(offset, tail: tail) else {
+                offset = resynchronize(after: offset, tail: tail)
+                continue
+            }
+            if !visit(offset, size) { return }
+            offset += size
+        }
+    }
+
+    /// Moves head past acknowledged frames (not past damaged bytes: the next take reports them).
+    private func advanceHead() {
+        let tail = field(Self.oTail)
+        var head = field(Self.oHead)
+        while head < tail, let size = extent(head, tail: tail), state(head) == ChannelFrame.State.done.rawValue {
+            head += size
+        }
+        if head >= tail {
+            setField(Self.oTail, 0)
+            setField(Self.oHead, 0)
+        } else {
+            setField(Self.oHead, head)
+        }
+    }
+
+    /// Recomputes the counts from the frames.
+    private func recount() {
+        var ready = 0, taken = 0
+        walk { offset, _ in
+            switch state(offset) {
+            case ChannelFrame.State.ready.rawValue: ready += 1
+            case ChannelFrame.State.taken.rawValue: taken += 1
+            default: break
+            }
+            return true
+        }
+        setField(Self.oReady, ready)
+        setField(Self.oTaken, taken)
+    }
+
+    /// After a holder died inside the lock: finish or undo what it was doing.
+    private func repair() {
+        let size = field(Self.oDataSize)
+        if size != mappedDataSize && mappedDataSize > 0 { setField(Self.oDataSize, mappedDataSize) }
+        if field(Self.oTail) > mappedDataSize { setField(Self.oTail, mappedDataSize) }
+        if field(Self.oHead) > field(Self.oTail) { setField(Self.oHead, 0) }
+        walk { offset, _ in
+            if state(offset) > ChannelFrame.State.done.rawValue { setState(offset, .done) }
+            return true
+        }
+        recount()
+    }
+
+    // MARK: Participants
+
+    /// This process's participant slot: an OFD lock on one byte that the kernel drops when the
+    /// process dies. Taking a free slot first returns the frames its previous holder took.
+    private func ensureSlot(returnedFrames: inout Bool) throws -> Int {
+        if let slot { return slot }
+        guard case .file(let fd, let relativePath, _) = storage else { return 0 }
+        try container?.suspension.checkActive("receive from the channel \(name)")
+        for candidate in 0..<Self.maxParticipants {
+            if baton_ofd_setlk(fd, Self.participantBase + Int64(candidate), 1, Int16(F_WRLCK)) == 0 {
+                slot = candidate
+                var returned = false
+                walk { offset, _ in
+                    if state(offset) == ChannelFrame.State.taken.rawValue, baton_load32(Self.word(data, offset + 4)) == UInt32(candidate) {
+                        setState(offset, .ready)
+                        addField(Self.oReady, 1)
+                        addField(Self.oTaken, -1)
+                        returned = true
+                    }
+                    return true
+                }
+                returnedFrames = returnedFrames || returned
+                return candidate
+            }
+            let error = baton_errno()
+            if error != EAGAIN && error != EACCES {
+                throw BatonError.system(SystemCallError(call: "fcntl(F_OFD_SETLK)", errno: error), "registering as a receiver of \(relativePath)")
+            }
+        }
+        throw BatonError(.capacityExceeded, "the channel \(name) has \(Self.maxParticipants) live receiving processes; no slot is free")
+    }
+
+    /// Releases the participant slot (the process is being suspended).
+    fileprivate func releaseSlot() {
+        guard case .file(let fd, _, _) = storage else { return }
+        try? withLock {
+            if let slot { _ = baton_ofd_setlk(fd, Self.participantBase + Int64(slot), 1, Int16(F_UNLCK)) }
+            slot = nil
+        }
+    }
+
+    /// Returns to the channel the frames taken by processes that died. `true` when any returned.
+    func recoverDeadTakers() throws -> Bool {
+        guard case .file(let fd, _, _) = storage else { return false }
+        let returned = try withLock { () -> Bool in
+            let mine = slot.map { UInt32($0) }
+            var alive: [UInt32: Bool] = [:]
+            var returned = false
+            walk { offset, _ in
+                guard state(offset) == ChannelFrame.State.taken.rawValue else { return true }
+                let owner = baton_load32(Self.word(data, offset + 4))
+                if owner == mine { return true }
+                let isAlive: Bool
+                if let known = alive[owner] { isAlive = known } else {
+                    isAlive = owner >= Self.maxParticipants ? false : baton_ofd_held_by_other(fd, Self.participantBase + Int64(owner), 1) != 0
+                    alive[owner] = isAlive
+                }
+                if !isAlive {
+                    setState(offset, .ready)
+                    addField(Self.oReady, 1)
+                    addField(Self.oTaken, -1)
+                    returned = true
+                }
+                return true
+            }
+            return returned
+        }
+        if returned { readable.ring() }
+        return returned
+    }
+
+    /// inotify events on the channel file: a process that dies closes it.
+    func fileEvents() throws -> EventCounter? {
+        guard case .file(_, _, let absolutePath) = storage else { return nil }
+        return try local.withLock { local in
+            if let events = local.events { return events.events }
+            let subscription = try FileEvents.shared.subscribe(path: absolutePath, mask: FileEvents.lockEvents)
+            local.events = subscription
+            return subscription.events
+        }
+    }
+
+    // MARK: Operations
+
+    enum AppendMode { case always, ifRoom(Int), ifReceiverWaiting }
+
+    /// Appends a frame. `false` when `mode` says there is no room or no waiting receiver.
+    /// - Throws: `closed` after ``close()``.
+    func append(_ frameBytes: [UInt8], mode: AppendMode) throws -> Bool {
+        var wasEmpty = false
+        let appended = try withLock { () -> Bool in
+            guard !isClosed else {
+                throw BatonError(.closed, "the channel \(name) is closed; nothing more can be sent on it")
+            }
+            switch mode {
+            case .always: break
+            case .ifRoom(let limit):
+                if field(Self.oReady) + field(Self.oTaken) >= limit { return false }
+            case .ifReceiverWaiting:
+                if field(Self.oWaitingReceivers) <= field(Self.oReady) { return false }
+            }
+            try ensureSpace(frameBytes.count)
+            let tail = field(Self.oTail)
+            frameBytes.withUnsafeBytes { source in
+                data.advanced(by: tail).copyMemory(from: source.baseAddress!, byteCount: source.count)
+            }
+            setField(Self.oTail, tail + frameBytes.count)
+            wasEmpty = field(Self.oReady) <= 0
+            addField(Self.oReady, 1)
+            return true
+        }
+        // Receivers wait only after finding nothing ready, so only the first frame after that
+        // needs to ring.
+        if appended && wasEmpty { readable.ring() }
+        return appended
+    }
+
+    /// A frame this process took and has not acknowledged.
+    struct Taken: Sendable {
+        let offset: Int
+        let epoch: Int
+        let takeID: UInt64
+        let coding: ChannelFrame.Coding
+        let payload: [UInt8]
+    }
+
+    enum TakeResult {
+        case taken(Taken)
+        case malformed(String)
+        /// Nothing to take; `othersTaking` when other processes hold taken frames.
+        case empty(othersTaking: Bool)
+        /// Closed and drained.
+        case end
+    }
+
+    /// Takes the oldest ready frame.
+    func take() throws -> TakeResult {
+        var ringWritable = false
+        var ringReadable = false
+        let result = try withLock { () -> TakeResult in
+            let mySlot = try ensureSlot(returnedFrames: &ringReadable)
+            let tail = min(field(Self.oTail), mappedDataSize)
+            var offset = field(Self.oHead)
+            var othersTaking = false
+            while offset < tail {
+                guard let size = extent(offset, tail: tail) else {
+                    let next = resynchronize(after: offset, tail: tail)
+                    if offset == field(Self.oHead) {
+                        setField(Self.oHead, next)
+                        advanceHead()
+                        recount()
+                        addField(Self.oMalformed, 1)
+                        ringWritable = true
+                        return .malformed("the channel \(name) held \(next - offset) damaged bytes at offset \(offset) (a frame failed its format check); they were skipped and the channel goes on")
+                    }
+                    offset = next
+                    continue
+                }
+                let base = frame(offset)
+                switch state(offset) {
+                case ChannelFrame.State.ready.rawValue:
+                    guard ChannelFrame.checksumMatches(base), let coding = ChannelFrame.coding(base) else {
+                        setState(offset, .done)
+                        addField(Self.oReady, -1)
+                        addField(Self.oMalformed, 1)
+                        advanceHead()
+                        ringWritable = true
+                        return .malformed("a frame of the channel \(name) failed its CRC-32C check or names an unknown coding; it was skipped and the channel goes on")
+                    }
+                    let takeID = UInt64(field(Self.oNextTake) &+ 1)
+                    setField(Self.oNextTake, Int(truncatingIfNeeded: takeID))
+                    base.storeBytes(of: UInt32(mySlot), toByteOffset: 4, as: UInt32.self)
+                    base.storeBytes(of: takeID, toByteOffset: 8, as: UInt64.self)
+                    setState(offset, .taken)
+                    addField(Self.oReady, -1)
+                    addField(Self.oTaken, 1)
+                    let length = ChannelFrame.payloadLength(base)
+                    let payload = [UInt8](UnsafeRawBufferPointer(start: base.advanced(by: ChannelFrame.headerSize), count: length))
+                    ringWritable = capacity == .rendezvous
+                    return .taken(Taken(offset: offset, epoch: field(Self.oEpoch), takeID: takeID, coding: coding, payload: payload))
+                case ChannelFrame.State.taken.rawValue:
+                    if storage.isFile, baton_load32(Self.word(data, offset + 4)) != UInt32(mySlot) { othersTaking = true }
+                case ChannelFrame.State.done.rawValue:
+                    break
+                default:
+                    setState(offset, .done)
+                    recount()
+                    addField(Self.oMalformed, 1)
+                    advanceHead()
+                    return .malformed("a frame of the channel \(name) had an unknown state; it was skipped and the channel goes on")
+                }
+                offset += size
+            }
+            // Nothing ready was found: keep the count honest (appends ring only after it was 0).
+            if field(Self.oReady) != 0 { recount() }
+            if isClosed && field(Self.oTaken) <= 0 { return .end }
+            return .empty(othersTaking: othersTaking)
+        }
+        if ringReadable { readable.ring() }
+        if ringWritable { writable.ring() }
+        return result
+    }
+
+    /// Finds the taken frame of `taken`: at its offset when nothing moved, else by walking.
+    private func locate(_ taken: Taken) -> Int? {
+        let tail = field(Self.oTail)
+        if taken.epoch == field(Self.oEpoch), taken.offset < tail, taken.offset >= field(Self.oHead),
+           extent(taken.offset, tail: tail) != nil,
+           state(taken.offset) == ChannelFrame.State.taken.rawValue,
+           frame(taken.offset).load(fromByteOffset: 8, as: UInt64.self) == taken.takeID {
+            return taken.offset
+        }
+        var found: Int?
+        walk { offset, _ in
+            if state(offset) == ChannelFrame.State.taken.rawValue, frame(offset).load(fromByteOffset: 8, as: UInt64.self) == taken.takeID {
+                found = offset
+                return false
+            }
+            return true
+        }
+        return found
+    }
+
+    /// Acknowledges a taken frame: it leaves the channel for good. `false` when the frame is no
+    /// longer this take's (it went back to the channel while this process was suspended).
+    func acknowledge(_ taken: Taken) throws -> Bool {
+        var wasFull = false
+        let acknowledged = try withLock { () -> Bool in
+            guard let offset = locate(taken) else { return false }
+            if case .bounded(let limit) = capacity { wasFull = field(Self.oReady) + field(Self.oTaken) >= limit }
+            setState(offset, .done)
+            addField(Self.oTaken, -1)
+            if offset == field(Self.oHead) { advanceHead() }
+            return true
+        }
+        if acknowledged {
+            // Senders wait only when the channel is full: ring when it stops being full.
+            if wasFull { writable.ring() }
+            if isClosed { readable.ring() }
+        }
+        return acknowledged
+    }
+
+    /// Puts a taken frame back, for the next receiver.
+    func release(_ taken: Taken) throws {
+        let released = try withLock { () -> Bool in
+            guard let offset = locate(taken) else { return false }
+            setState(offset, .ready)
+            addField(Self.oTaken, -1)
+            addField(Self.oReady, 1)
+            return true
+        }
+        if released { readable.ring() }
+    }
+
+    /// The state of the frame a sender appended with `sendID`: `true` once taken (or gone).
+    func isTaken(sendID: UInt64) throws -> Bool {
+        try withLock {
+            var taken = true
+            walk { offset, _ in
+                guard ChannelFrame.sendID(frame(offset)) == sendID else { return true }
+                taken = state(offset) != ChannelFrame.State.ready.rawValue
+                return false
+            }
+            return taken
+        }
+    }
+
+    /// Removes the frame appended with `sendID` if nobody took it yet. `true` when removed.
+    func withdraw(sendID: UInt64) throws -> Bool {
+        let withdrawn = try withLock { () -> Bool in
+            var withdrawn = false
+            walk { offset, _ in
+                guard ChannelFrame.sendID(frame(offset)) == sendID else { return true }
+                if state(offset) == ChannelFrame.State.ready.rawValue {
+                    setState(offset, .done)
+                    addField(Self.oReady, -1)
+                    if offset == field(Self.oHead) { advanceHead() }
+                    withdrawn = true
+                }
+                return false
+            }
+            return withdrawn
+        }
+        if withdrawn { writable.ring() }
+        return withdrawn
+    }
+
+    /// Counts this task as a receiver waiting (for rendezvous `trySend`), or stops counting it.
+    func adjustWaitingReceivers(_ delta: Int) {
+        if delta > 0 {
+            baton_add64(Self.dword(header, Self.oWaitingReceivers), UInt64(delta))
+        } else {
+            baton_add64(Self.dword(header, Self.oWaitingReceivers), UInt64(bitPattern: Int64(delta)))
+        }
+        if delta > 0 { writable.ring() }
+    }
+
+    /// Closes the channel: no more sends; receivers drain what is left.
+    func close() throws {
+        try withLock { baton_store32(Self.word(header, Self.oClosed), 1) }
+        readable.ring()
+        writable.ring()
+    }
+
+    /// Test support: takes the channel's mutex, calls `locked`, and never returns (the process
+    /// is meant to be killed while holding it, to exercise the robust mutex's recovery).
+    func holdLockForever(_ locked: () -> Void) throws -> Never {
+        try withLock {
+            locked()
+            while true { _ = sleep(3600) }
+        }
+    }
+
+    private final class SuspensionRelease: SuspensionParticipant {
+        weak let log: ChannelLog?
+        init(_ log: ChannelLog) { self.log = log }
+        func suspend() async { log?.releaseSlot() }
+        func resume() async throws {}
+    }
+}
+
+extension ChannelLog.Storage {
+    var isFile: Bool {
+        if case .file = self { return true }
+        return false
+    }
+}
+#endif

@@ -1,0 +1,366 @@
+#if os(Linux)
+#if canImport(FoundationEssentials)
+import CBatonShims
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Synchronization
+
+/// A CSP channel between tasks and between processes: many senders, many receivers, every
+/// element delivered to exactly one receiver.
+///
+/// ```swift
+/// let container = try SharedContainer(at: groupURL)
+/// let jobs = try SharedChannel<Job>(container, name: "jobs", capacity: .bounded(64))
+/// try await jobs.send(job)                           // in the app
+/// for try await job in jobs { try await run(job) }   // in the extension; ends after close()
+/// ```
+///
+/// - ``ChannelCapacity/rendezvous``: `send` returns once a receiver took the element.
+/// - ``ChannelCapacity/bounded(_:)``: `send` waits while `n` elements are in the channel.
+/// - ``ChannelCapacity/unbounded``: `send` never waits; the channel file grows.
+///
+/// Every wait is cancellable and has a deadline; a cancelled or timed-out wait leaves the channel
+/// as it was (a cancelled `send` did not send, a cancelled `receive` took nothing).
+///
+/// A receiver *takes* an element, decodes it, then *acknowledges* it. If the receiving process
+/// dies in between (even by SIGKILL), the element goes back to the channel: the kernel drops the
+/// receiver's lock on its participant byte of the channel file, and the next receiver returns
+/// the element. Elements travel as versioned frames checked with CRC-32C; a damaged frame makes
+/// one `receive` throw `malformedFrame` and is skipped, and the channel goes on.
+///
+/// Across processes, the channel is `.baton/channels/<name>` in the container, protected by a
+/// robust process-shared mutex held for microseconds; waits sleep on futex words through one
+/// thread per open channel and direction (receiving, sending), started on the first wait. An
+/// unbounded channel's file grows with its backlog and reuses the space of consumed elements. ``init(capacity:)`` makes the same channel inside one
+/// process. Elements are encoded as JSON, except `String` (UTF-8 text) and `[UInt8]` or `Data`
+/// (raw bytes). Linux only for now.
+public final class SharedChannel<Element: Codable & Sendable>: Sendable {
+    let log: ChannelLog
+    /// Identifies this object's frames: a random start, then one more per frame.
+    private let sendIDs = Mutex(UInt64.random(in: 1...UInt64.max))
+    private let encoder = JSONEncoder()
+    private let decoder = JSONDecoder()
+
+    /// How many elements the channel buffers.
+    public var capacity: ChannelCapacity { log.capacity }
+
+    /// The channel's name, or `nil` for an in-process channel.
+    public let name: String?
+
+    /// Opens (creating when missing) the channel `name` of a container.
+    ///
+    /// - Parameters:
+    ///   - container: The shared container.
+    ///   - name: 1 to 255 bytes, no `/`; the file is `.baton/channels/<name>`.
+    ///   - capacity: The capacity; it must match the capacity the channel was created with.
+    /// - Throws: `invalidName`; `invalidArgument` when the channel exists with another capacity;
+    ///   `corrupt` when its file is not a valid channel; file-system errors.
+    public init(_ container: SharedContainer, name: String, capacity: ChannelCapacity) throws {
+        log = try ChannelLog(container: container, name: name, capacity: capacity)
+        self.name = name
+    }
+
+    /// Opens an existing channel with whatever capacity it was created with, or creates it with
+    /// `capacity` when it does not exist.
+    ///
+    /// - Throws: As ``init(_:name:capacity:)``.
+    public init(_ container: SharedContainer, existingOrNewNamed name: String, capacity: ChannelCapacity) throws {
+        let stored = try ChannelLog.storedCapacity(container: container, name: name)
+        log = try ChannelLog(container: container, name: name, capacity: stored ?? capacity)
+        self.name = name
+    }
+
+    /// A channel between the tasks of this process, with the same behaviour.
+    public init(capacity: ChannelCapacity) {
+        log = ChannelLog(memoryCapacity: capacity)
+        name = nil
+    }
+
+    // MARK: Sending
+
+    /// Sends an element, waiting for a receiver (rendezvous) or for room (bounded).
+    ///
+    /// - Parameters:
+    ///   - element: The element.
+    ///   - deadline: When to give up.
+    /// - Throws: `closed` when the channel is closed, `timedOut` at the deadline,
+    ///   `CancellationError` when the task is cancelled (in both cases nothing was sent).
+    public func send(_ element: Element, deadline: Deadline = .never) async throws {
+        let (frame, sendID) = try encode(element)
+        switch capacity {
+        case .unbounded:
+            _ = try log.append(frame, mode: .always)
+        case .bounded(let limit):
+            while true {
+                let seen = log.writable.snapshot()
+                if try log.append(frame, mode: .ifRoom(limit)) { return }
+                try await log.writable.wait(after: seen, deadline: deadline)
+            }
+        case .rendezvous:
+            _ = try log.append(frame, mode: .always)
+            try await awaitTaken(sendID: sendID, deadline: deadline)
+        }
+    }
+
+    /// Waits until the offered frame `sendID` is taken; on timeout or cancellation withdraws it
+    /// (unless it was taken meanwhile, in which case the send succeeded).
+    private func awaitTaken(sendID: UInt64, deadline: Deadline) async throws {
+        do {
+            while true {
+                let seen = log.writable.snapshot()
+                if try log.isTaken(sendID: sendID) { return }
+                try await log.writable.wait(after: seen, deadline: deadline)
+            }
+        } catch {
+            if try log.withdraw(sendID: sendID) { throw error }
+        }
+    }
+
+    /// Sends without waiting.
+    ///
+    /// On a rendezvous channel this succeeds only when a receiver is waiting at that moment.
+    /// - Returns: `true` when sent, `false` when the channel is full (or no receiver waits).
+    /// - Throws: `closed` when the channel is closed.
+    public func trySend(_ element: Element) throws -> Bool {
+        let (frame, _) = try encode(element)
+        switch capacity {
+        case .unbounded: return try log.append(frame, mode: .always)
+        case .bounded(let limit): return try log.append(frame, mode: .ifRoom(limit))
+        case .rendezvous: return try log.append(frame, mode: .ifReceiverWaiting)
+        }
+    }
+
+    // MARK: Receiving
+
+    /// Receives the next element, waiting for one.
+    ///
+    /// - Parameter deadline: When to give up.
+    /// - Returns: The element, or `nil` once the channel is closed and drained.
+    /// - Throws: `malformedFrame` for a damaged frame or an element that does not decode (it is
+    ///   skipped: the next call goes on with the next element); `timedOut`; `CancellationError`.
+    public func receive(deadline: Deadline = .never) async throws -> Element? {
+        var countedAsWaiting = false
+        defer { if countedAsWaiting { log.adjustWaitingReceivers(-1) } }
+        while true {
+            let seen = log.readable.snapshot()
+            let deaths = try log.fileEvents()
+            let deathsSeen = deaths?.snapshot() ?? 0
+            switch try attemptReceive() {
+            case .element(let element): return element
+            case .end: return nil
+            case .retry: continue
+            case .empty(let othersTaking):
+                if othersTaking, try log.recoverDeadTakers() { continue }
+                if capacity == .rendezvous && !countedAsWaiting {
+                    log.adjustWaitingReceivers(1)
+                    countedAsWaiting = true
+                    continue
+                }
+                if othersTaking, let deaths {
+                    try await waitForArrivalOrDeath(seen: seen, deaths: deaths, deathsSeen: deathsSeen, deadline: deadline)
+                } else {
+                    try await log.readable.wait(after: seen, deadline: deadline)
+                }
+            }
+        }
+    }
+
+    /// Receives without waiting.
+    /// - Returns: An element, or `nil` when none is ready (or the channel is closed and drained).
+    /// - Throws: `malformedFrame` as ``receive(deadline:)``.
+    public func tryReceive() throws -> Element? {
+        while true {
+            switch try attemptReceive() {
+            case .element(let element): return element
+            case .end: return nil
+            case .retry: continue
+            case .empty(let othersTaking):
+                if othersTaking, try log.recoverDeadTakers() { continue }
+                return nil
+            }
+        }
+    }
+
+    enum Attempt {
+        case element(Element)
+        case empty(othersTaking: Bool)
+        case end
+        case retry
+    }
+
+    /// Takes, decodes and acknowledges one element.
+    func attemptReceive() throws -> Attempt {
+        switch try log.take() {
+        case .taken(let taken):
+            let element: Element
+            do {
+                element = try decode(taken)
+            } catch {
+                _ = try log.acknowledge(taken)
+                throw BatonError(.malformedFrame, "an element of the channel \(name ?? "(in-process)") does not decode as \(Element.self); it was skipped and the channel goes on", cause: error)
+            }
+            return try log.acknowledge(taken) ? .element(element) : .retry
+        case .malformed(let message):
+            throw BatonError(.malformedFrame, message)
+        case .empty(let othersTaking):
+            return .empty(othersTaking: othersTaking)
+        case .end:
+            return .end
+        }
+    }
+
+    /// Takes an element without acknowledging it: if this process dies before
+    /// ``ChannelDelivery/acknowledge()``, the element goes back to the channel.
+    package func takeUnacknowledged(deadline: Deadline) async throws -> ChannelDelivery<Element>? {
+        while true {
+            let seen = log.readable.snapshot()
+            switch try log.take() {
+            case .taken(let taken):
+                do {
+                    return ChannelDelivery(element: try decode(taken), taken: taken, log: log)
+                } catch {
+                    try log.release(taken)
+                    throw BatonError(.malformedFrame, "an element of the channel does not decode as \(Element.self)")
+                }
+            case .malformed(let message): throw BatonError(.malformedFrame, message)
+            case .end: return nil
+            case .empty(let othersTaking):
+                if othersTaking, try log.recoverDeadTakers() { continue }
+                try await log.readable.wait(after: seen, deadline: deadline)
+            }
+        }
+    }
+
+    /// Test support: holds the channel's cross-process mutex until the process is killed.
+    package func holdLockForever(_ locked: () -> Void) throws -> Never {
+        try log.holdLockForever(locked)
+    }
+
+    /// Waits for an arrival or for a close event on the channel file (a taker may have died);
+    /// after a close event, checks the takers a few times (the kernel reports the close a moment
+    /// before it drops the dead process's locks).
+    private func waitForArrivalOrDeath(seen: UInt32, deaths: EventCounter, deathsSeen: UInt64, deadline: Deadline) async throws {
+        let readable = log.readable
+        let slice = deadline.earliest(.after(.milliseconds(250)))
+        let first: Int
+        do {
+            first = try await ChannelWaits.first([
+                { try await readable.wait(after: seen, deadline: slice) },
+                { try await deaths.wait(after: deathsSeen, deadline: slice) },
+            ])
+        } catch let error as BatonError where error.code == .timedOut {
+            if deadline.hasPassed { throw error }
+            return
+        }
+        if first == 1 {
+            for delay in [0, 50, 200, 1_000, 4_000] {
+                if delay > 0 { try await Task.sleep(for: .microseconds(delay)) }
+                if try log.recoverDeadTakers() { return }
+            }
+        }
+    }
+
+    // MARK: Closing
+
+    /// Closes the channel (for every process): later sends throw `closed`; receivers get the
+    /// elements still in the channel, then `nil`.
+    /// - Throws: Only if the channel's lock fails.
+    public func close() throws { try log.close() }
+
+    /// Whether the channel was closed.
+    public var isClosed: Bool { log.isClosed }
+
+    // MARK: Coding
+
+    /// Encodes an element: strings as UTF-8 text, `[UInt8]` and `Data` as raw bytes, anything
+    /// else as JSON.
+    func encode(_ element: Element) throws -> (frame: [UInt8], sendID: UInt64) {
+        let payload: [UInt8]
+        let coding: ChannelFrame.Coding
+        if let text = element as? String {
+            payload = Array(text.utf8)
+            coding = .text
+        } else if let bytes = element as? [UInt8] {
+            payload = bytes
+            coding = .bytes
+        } else if let data = element as? Data {
+            payload = Array(data)
+            coding = .bytes
+        } else {
+            do {
+                payload = Array(try encoder.encode(element))
+            } catch {
+                throw BatonError(.invalidArgument, "the element does not encode as JSON: \(type(of: error))")
+            }
+            coding = .json
+        }
+        let sendID = sendIDs.withLock { id -> UInt64 in
+            id &+= 1
+            return id
+        }
+        return (try ChannelFrame.encode(payload: payload, coding: coding, sendID: sendID), sendID)
+    }
+
+    /// Decodes a taken frame's payload. Text and bytes decode directly into `String`, `[UInt8]`
+    /// or `Data`, and through JSON into any other type (a `String` into an enum of JSON values,
+    /// say).
+    func decode(_ taken: ChannelLog.Taken) throws -> Element {
+        switch taken.coding {
+        case .json:
+            return try decoder.decode(Element.self, from: Data(taken.payload))
+        case .text:
+            let text = String(decoding: taken.payload, as: UTF8.self)
+            if let element = text as? Element { return element }
+            return try decoder.decode(Element.self, from: encoder.encode(text))
+        case .bytes:
+            if let element = taken.payload as? Element { return element }
+            if let element = Data(taken.payload) as? Element { return element }
+            return try decoder.decode(Element.self, from: encoder.encode(taken.payload))
+        }
+    }
+}
+
+extension SharedChannel: AsyncSequence {
+    public typealias Failure = any Error
+
+    public func makeAsyncIterator() -> Iterator { Iterator(channel: self) }
+
+    /// Receives until the channel is closed and drained.
+    public struct Iterator: AsyncIteratorProtocol {
+        let channel: SharedChannel
+        public mutating func next() async throws -> Element? {
+            try await channel.receive()
+        }
+    }
+}
+
+/// An element taken from a channel and not yet acknowledged.
+package final class ChannelDelivery<Element: Codable & Sendable>: Sendable {
+    package let element: Element
+    private let taken: ChannelLog.Taken
+    private let log: ChannelLog
+    private let settled = Mutex(false)
+
+    init(element: Element, taken: ChannelLog.Taken, log: ChannelLog) {
+        self.element = element
+        self.taken = taken
+        self.log = log
+    }
+
+    /// Removes the element from the channel for good. `false` when it had gone back already.
+    package func acknowledge() throws -> Bool {
+        guard settled.withLock({ let was = $0; $0 = true; return !was }) else { return false }
+        return try log.acknowledge(taken)
+    }
+
+    /// Puts the element back for another receiver.
+    package func release() throws {
+        guard settled.withLock({ let was = $0; $0 = true; return !was }) else { return }
+        try log.release(taken)
+    }
+
+    deinit { try? release() }
+}
+#endif

@@ -1,0 +1,206 @@
+import ArgumentParser
+import Baton
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Any JSON value: what the command line sends and receives on a channel.
+enum JSONElement: Codable, Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int)
+    case double(Double)
+    case string(String)
+    case array([JSONElement])
+    case object([String: JSONElement])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
+        else if let value = try? container.decode(Int.self) { self = .int(value) }
+        else if let value = try? container.decode(Double.self) { self = .double(value) }
+        else if let value = try? container.decode(String.self) { self = .string(value) }
+        else if let value = try? container.decode([JSONElement].self) { self = .array(value) }
+        else { self = .object(try container.decode([String: JSONElement].self)) }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+
+    /// Parses a JSON text (any value, not only objects and arrays).
+    static func parse(_ text: String) throws -> JSONElement {
+        do {
+            return try JSONDecoder().decode(JSONElement.self, from: Data(text.utf8))
+        } catch {
+            throw ValidationError("not a JSON value: \(text.prefix(40))")
+        }
+    }
+}
+
+extension ChannelCapacity: ExpressibleByArgument {
+    public init?(argument: String) { self.init(parsing: argument) }
+}
+
+/// The channel options of the command line: the name and, when creating, the capacity.
+struct ChannelOptions: ParsableArguments {
+    @OptionGroup var options: ContainerOptions
+    @Argument(help: "The channel name (1-255 bytes, no '/').") var name: String
+    @Option(help: "rendezvous, bounded:N or unbounded; used when the channel does not exist yet (default unbounded).")
+    var capacity: ChannelCapacity?
+
+    func open() throws -> SharedChannel<JSONElement> {
+        let container = try options.open()
+        if let capacity { return try SharedChannel(container, name: name, capacity: capacity) }
+        return try SharedChannel(container, existingOrNewNamed: name, capacity: .unbounded)
+    }
+}
+
+struct ChannelCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "channel",
+        abstract: "Send, receive and close cross-process channels.",
+        subcommands: [Send.self, Receive.self, Close.self, ChannelTestCommand.self]
+    )
+
+    struct Send: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send one JSON value. Exits 0 once sent (rendezvous: once received), 1 on timeout, 2 when the channel is closed.")
+        @OptionGroup var channel: ChannelOptions
+        @Argument(help: "A JSON value, e.g. '{\"id\": 7}' or '\"hello\"'.") var json: String
+        @Option(help: "Give up after this many seconds.") var timeout: Double?
+
+        func run() async throws {
+            let element = try JSONElement.parse(json)
+            let channel = try self.channel.open()
+            do {
+                try await channel.send(element, deadline: timeout.map { .seconds($0) } ?? .never)
+            } catch let error as BatonError where error.code == .timedOut {
+                FileHandleOutput.standardError("timed out: no receiver or no room before the deadline")
+                throw ExitCode(1)
+            } catch let error as BatonError where error.code == .closed {
+                FileHandleOutput.standardError("\(error)")
+                throw ExitCode(2)
+            }
+        }
+    }
+
+    struct Receive: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print received JSON values, one per line. Exits 0 after --count values or when the channel is closed and drained, 1 on timeout.")
+        @OptionGroup var channel: ChannelOptions
+        @Option(help: "Exit after this many values.") var count: Int?
+        @Option(help: "Exit with status 1 when the next value takes longer than this many seconds.") var timeout: Double?
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            var received = 0
+            while count.map({ received < $0 }) ?? true {
+                do {
+                    guard let element = try await channel.receive(deadline: timeout.map { .seconds($0) } ?? .never) else { return }
+                    received += 1
+                    emit(try jsonLine(element))
+                } catch let error as BatonError where error.code == .timedOut {
+                    throw ExitCode(1)
+                } catch let error as BatonError where error.code == .malformedFrame {
+                    FileHandleOutput.standardError("skipped: \(error)")
+                }
+            }
+        }
+    }
+
+    struct Close: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Close a channel: receivers drain it, then end; sends fail.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            try channel.open().close()
+        }
+    }
+}
+
+/// Test-only workers (hidden): bulk producers and consumers, and a receiver that takes an
+/// element without acknowledging it.
+struct ChannelTestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "test-worker", abstract: "Channel test workers (internal).", shouldDisplay: false,
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self])
+
+    struct Produce: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
+        @OptionGroup var channel: ChannelOptions
+        @Option var from: Int
+        @Option var count: Int
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            emit("ready")
+            for value in from..<(from + count) {
+                try await channel.send(.int(value))
+            }
+            emit("sent \(count)")
+        }
+    }
+
+    struct Consume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Receive until closed and drained; print received integers in comma-separated batches ('got a,b,...'), then 'done N'.")
+        @OptionGroup var channel: ChannelOptions
+        @Option var batch: Int = 1_000
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            emit("ready")
+            var pending: [String] = []
+            var total = 0
+            while let element = try await channel.receive() {
+                guard case .int(let value) = element else { continue }
+                pending.append(String(value))
+                total += 1
+                if pending.count >= batch {
+                    emit("got " + pending.joined(separator: ","))
+                    pending.removeAll(keepingCapacity: true)
+                }
+            }
+            if !pending.isEmpty { emit("got " + pending.joined(separator: ",")) }
+            emit("done \(total)")
+        }
+    }
+
+    struct HoldLock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Take the channel's mutex, print 'locked', and hold it until killed.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            try self.channel.open().holdLockForever { emit("locked") }
+        }
+    }
+
+    struct Hold: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Take one element without acknowledging it, print 'taken JSON', then wait to be killed.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            emit("ready")
+            guard let delivery = try await channel.takeUnacknowledged(deadline: .never) else { return }
+            emit("taken " + (try jsonLine(delivery.element)))
+            await TerminationSignal.wait()
+            _ = try delivery.acknowledge()
+        }
+    }
+}

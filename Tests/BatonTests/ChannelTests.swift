@@ -1,0 +1,361 @@
+import Baton
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("Channels", .serialized)
+struct ChannelTests {
+    // MARK: Across processes
+
+    @Test("4 producer and 4 consumer processes move 100,000 elements: none lost, none duplicated")
+    func manyProducersAndConsumers() async throws {
+        let directory = try TemporaryContainer()
+        let perProducer = 25_000
+        let capacity = "bounded:256"
+        let consumers = try (0..<4).map { _ in
+            try ChildProcess(["channel", "test-worker", "consume", "bulk", "--capacity", capacity], container: directory.path)
+        }
+        for consumer in consumers { try await consumer.line(timeout: 30) { $0 == "ready" } }
+        let producers = try (0..<4).map { index in
+            try ChildProcess(["channel", "test-worker", "produce", "bulk", "--capacity", capacity,
+                              "--from", String(index * perProducer), "--count", String(perProducer)], container: directory.path)
+        }
+        for producer in producers {
+            try await producer.line(timeout: 120) { $0.hasPrefix("sent") }
+            #expect(try await producer.wait() == 0)
+        }
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "bulk", capacity: .bounded(256))
+        try channel.close()
+        var received: [Int] = []
+        var reported = 0
+        for consumer in consumers {
+            let done = try await consumer.line(timeout: 60) { $0.hasPrefix("done ") }
+            reported += Int(done.dropFirst(5)) ?? -1
+            #expect(try await consumer.wait() == 0)
+            for line in consumer.lines where line.hasPrefix("got ") {
+                received.append(contentsOf: line.dropFirst(4).split(separator: ",").map { Int($0)! })
+            }
+        }
+        #expect(received.count == 4 * perProducer)
+        #expect(reported == 4 * perProducer)
+        #expect(Set(received).count == received.count, "an element was delivered twice")
+        #expect(Set(received) == Set(0..<(4 * perProducer)), "an element was lost")
+    }
+
+    @Test("an unbounded channel grows while another process reads it, and keeps one producer's order")
+    func unboundedGrowsAcrossProcesses() async throws {
+        let directory = try TemporaryContainer()
+        let count = 30_000
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "log", capacity: .unbounded)
+        let producer = try ChildProcess(["channel", "test-worker", "produce", "log", "--capacity", "unbounded",
+                                         "--from", "0", "--count", String(count)], container: directory.path)
+        var received: [Int] = []
+        // Read slowly at first so the backlog grows the file (it starts at 64 KiB).
+        try await producer.line(timeout: 60) { $0.hasPrefix("sent") }
+        let size = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/channels/log")[.size] as? Int ?? 0
+        #expect(size > 1 << 20, "the backlog did not grow the file")
+        while received.count < count, let value = try await channel.receive(deadline: .after(.seconds(30))) {
+            received.append(value)
+        }
+        #expect(received == Array(0..<count))
+        #expect(try await producer.wait() == 0)
+        // The emptied file's space is reused: more elements go through without growing it.
+        for value in 0..<1_000 { try await channel.send(value) }
+        for value in 0..<1_000 { #expect(try channel.tryReceive() == value) }
+        let after = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/channels/log")[.size] as? Int ?? 0
+        #expect(after == size)
+    }
+
+    @Test("a rendezvous send returns only after a receiver took the element")
+    func rendezvousWaitsForReceiver() async throws {
+        let directory = try TemporaryContainer()
+        let sender = try ChildProcess(["channel", "send", "meet", "\"hello\"", "--capacity", "rendezvous"], container: directory.path)
+        let channel = try SharedChannel<String>(SharedContainer(path: directory.path), name: "meet", capacity: .rendezvous)
+        // Nobody received yet: the sender must still be waiting, however long we give it.
+        await #expect(throws: (any Error).self) { try await sender.wait(timeout: 0.5) }
+        #expect(try await channel.receive(deadline: .after(.seconds(20))) == "hello")
+        #expect(try await sender.wait() == 0)
+
+        // In process: the send has not returned before the receive.
+        let local = SharedChannel<Int>(capacity: .rendezvous)
+        let returned = Mutex(false)
+        let sending = Task {
+            try await local.send(7)
+            returned.withLock { $0 = true }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(returned.withLock { $0 } == false)
+        #expect(try await local.receive() == 7)
+        try await sending.value
+        #expect(returned.withLock { $0 })
+    }
+
+    @Test("close: receivers get the remaining elements, then the end; a later send throws closed")
+    func closeDrains() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<String>(container, name: "drain", capacity: .unbounded)
+        for text in ["a", "b", "c"] { try await channel.send(text) }
+        try channel.close()
+        let (status, lines, _) = try await runBaton(["channel", "receive", "drain", "--timeout", "20"], container: directory.path)
+        #expect(status == 0)
+        #expect(lines == ["\"a\"", "\"b\"", "\"c\""])
+        #expect(try await channel.receive(deadline: .after(.seconds(5))) == nil)
+        await #expect { try await channel.send("d") } throws: { ($0 as? BatonError)?.code == .closed }
+        #expect(try await runBaton(["channel", "send", "drain", "\"e\""], container: directory.path).status == 2)
+
+        // A receiver already waiting ends when the channel closes.
+        let local = SharedChannel<Int>(capacity: .bounded(4))
+        try await local.send(1)
+        let receiving = Task { () -> [Int] in
+            var values: [Int] = []
+            for try await value in local { values.append(value) }
+            return values
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        try local.close()
+        #expect(try await receiving.value == [1])
+    }
+
+    @Test("a consumer killed with SIGKILL after taking an element loses nothing")
+    func killedConsumerLosesNothing() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<String>(SharedContainer(path: directory.path), name: "jobs", capacity: .bounded(8))
+        try await channel.send("precious")
+        try await channel.send("second")
+        let holder = try ChildProcess(["channel", "test-worker", "hold", "jobs"], container: directory.path)
+        let taken = try await holder.line(timeout: 30) { $0.hasPrefix("taken ") }
+        #expect(taken == "taken \"precious\"")
+        // The taken element is not offered to anyone else while its taker lives.
+        #expect(try channel.tryReceive() == "second")
+        #expect(try channel.tryReceive() == nil)
+        // This receive waits; the taker's death (seen by the kernel) gives the element back.
+        let receiving = Task { try await channel.receive(deadline: .after(.seconds(30))) }
+        try await Task.sleep(for: .milliseconds(100))
+        holder.signal(SIGKILL)
+        #expect(try await holder.wait() == 128 + SIGKILL)
+        #expect(try await receiving.value == "precious")
+        #expect(try channel.tryReceive() == nil)
+    }
+
+    @Test("a process killed while holding the channel's mutex does not wedge or damage the channel")
+    func killedLockHolder() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "robust", capacity: .unbounded)
+        try await channel.send(1)
+        try await channel.send(2)
+        let holder = try ChildProcess(["channel", "test-worker", "hold-lock", "robust"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "locked" }
+        holder.signal(SIGKILL)
+        #expect(try await holder.wait() == 128 + SIGKILL)
+        // The next locker gets EOWNERDEAD, checks the log, and goes on.
+        #expect(try await channel.receive(deadline: .after(.seconds(20))) == 1)
+        try await channel.send(3)
+        #expect(try channel.tryReceive() == 2)
+        #expect(try channel.tryReceive() == 3)
+        #expect(try channel.tryReceive() == nil)
+    }
+
+    // MARK: Select
+
+    @Test("select takes exactly one case")
+    func selectTakesExactlyOne() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let a = try SharedChannel<Int>(container, name: "a", capacity: .unbounded)
+        let b = try SharedChannel<String>(container, name: "b", capacity: .bounded(1))
+        for round in 0..<20 {
+            try await a.send(round)
+            try await b.send("b\(round)")
+            let fired = try await select(
+                .receive(from: a) { value in "a:\(value!)" },
+                .receive(from: b) { value in "b:\(value!)" },
+                deadline: .after(.seconds(10)))
+            if fired.hasPrefix("a:") {
+                #expect(fired == "a:\(round)")
+                #expect(try b.tryReceive() == "b\(round)")
+            } else {
+                #expect(fired == "b:b\(round)")
+                #expect(try a.tryReceive() == round)
+            }
+            #expect(try a.tryReceive() == nil)
+            #expect(try b.tryReceive() == nil)
+        }
+
+        // Nothing possible: the select times out and changes nothing.
+        try await b.send("full")
+        await #expect { try await select(
+            .receive(from: a) { _ in 1 },
+            .send("more", to: b) { 2 },
+            deadline: .after(.milliseconds(200)))
+        } throws: { ($0 as? BatonError)?.code == .timedOut }
+        #expect(try a.tryReceive() == nil)
+        #expect(try b.tryReceive() == "full")
+        #expect(try b.tryReceive() == nil)
+
+        // Only the receive is possible: it fires, and the full channel is untouched.
+        try await b.send("again")
+        try await a.send(99)
+        let fired = try await select(
+            .send("new", to: b) { "sent" },
+            .receive(from: a) { value in "a:\(value!)" },
+            deadline: .after(.seconds(10)))
+        #expect(fired == "a:99")
+        #expect(try b.tryReceive() == "again")
+        #expect(try b.tryReceive() == nil)
+
+        // A send case fires once another process makes room.
+        try await b.send("blocking")
+        let receiver = try ChildProcess(["channel", "receive", "b", "--count", "2", "--timeout", "30"], container: directory.path)
+        let sent = try await select(.send("new", to: b) { "sent" }, deadline: .after(.seconds(30)))
+        #expect(sent == "sent")
+        try await receiver.line(timeout: 30) { $0 == "\"new\"" }
+        #expect(receiver.lines == ["\"blocking\"", "\"new\""])
+    }
+
+    @Test("select offers a rendezvous send to a receiver in another process, and withdraws it on timeout")
+    func selectRendezvous() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let meet = try SharedChannel<String>(container, name: "meet", capacity: .rendezvous)
+        let idle = try SharedChannel<Int>(container, name: "idle", capacity: .unbounded)
+        await #expect { try await select(
+            .send("nobody", to: meet) { "sent" },
+            .receive(from: idle) { _ in "idle" },
+            deadline: .after(.milliseconds(300)))
+        } throws: { ($0 as? BatonError)?.code == .timedOut }
+        #expect(try meet.tryReceive() == nil, "a withdrawn offer stayed in the channel")
+
+        let receiver = try ChildProcess(["channel", "receive", "meet", "--count", "1", "--timeout", "30"], container: directory.path)
+        let fired = try await select(
+            .send("offered", to: meet) { "sent" },
+            .receive(from: idle) { _ in "idle" },
+            deadline: .after(.seconds(30)))
+        #expect(fired == "sent")
+        #expect(try await receiver.line(timeout: 30) == "\"offered\"")
+        #expect(try await receiver.wait() == 0)
+        #expect(try idle.tryReceive() == nil)
+    }
+
+    // MARK: Damage and cancellation
+
+    @Test("a malformed frame is rejected with a clear error and the channel goes on")
+    func malformedFrameIsSkipped() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let path = directory.path + "/.baton/channels/damaged"
+        let channel = try SharedChannel<String>(container, name: "damaged", capacity: .unbounded)
+        try await channel.send("first")
+        try await channel.send("CORRUPT-ME-payload")
+        try await channel.send("third")
+        try damage(path, marker: "CORRUPT-ME", at: 0) // a payload byte: the CRC-32C fails
+        #expect(try await channel.receive() == "first")
+        await #expect { try await channel.receive() } throws: { ($0 as? BatonError)?.code == .malformedFrame }
+        #expect(try await channel.receive() == "third")
+
+        // A damaged frame header (its tag): the receiver resynchronises on the next frame.
+        try await channel.send("one")
+        try await channel.send("TAG-BREAK")
+        try await channel.send("three")
+        try damage(path, marker: "TAG-BREAK", at: -24) // the tag: 24 bytes before the payload
+        let (status, lines, _) = try await runBaton(["channel", "receive", "damaged", "--count", "3", "--timeout", "2"], container: directory.path)
+        #expect(lines == ["\"one\"", "\"three\""])
+        #expect(status == 1) // only two elements were left
+        try await channel.send("after")
+        #expect(try await channel.receive(deadline: .after(.seconds(5))) == "after")
+
+        // A JSON-coded element that does not decode as the receiver's type is rejected, not fatal.
+        let structs = try SharedChannel<Point>(container, name: "points", capacity: .unbounded)
+        try await structs.send(Point(x: 1, y: 2))
+        let strings = try SharedChannel<Int>(container, name: "points", capacity: .unbounded)
+        await #expect { try await strings.receive() } throws: { ($0 as? BatonError)?.code == .malformedFrame }
+        try await structs.send(Point(x: 3, y: 4))
+        #expect(try await structs.receive() == Point(x: 3, y: 4))
+    }
+
+    struct Point: Codable, Sendable, Equatable {
+        var x: Int
+        var y: Int
+    }
+
+    /// Flips one byte of the channel file at `offset` from the first occurrence of `marker`
+    /// (a `String` element is stored as UTF-8 text, so the marker starts the payload).
+    private func damage(_ path: String, marker: String, at offset: Int) throws {
+        var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+        let needle = Array(marker.utf8)
+        let start = try #require((0...(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
+        bytes[start + offset] ^= 0x5A
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: UInt64(start + offset))
+        try handle.write(contentsOf: [bytes[start + offset]])
+        try handle.close()
+    }
+
+    @Test("a cancelled or timed-out wait leaves the channel exactly as it was")
+    func cancellationLeavesChannelIntact() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        for (name, full) in [("file", try SharedChannel<Int>(container, name: "full", capacity: .bounded(1))),
+                             ("memory", SharedChannel<Int>(capacity: .bounded(1)))] {
+            try await full.send(1)
+            let blocked = Task { try await full.send(2) }
+            try await Task.sleep(for: .milliseconds(50))
+            blocked.cancel()
+            await #expect(throws: CancellationError.self, "\(name)") { try await blocked.value }
+            await #expect { try await full.send(3, deadline: .after(.milliseconds(50))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+            #expect(try full.tryReceive() == 1)
+            #expect(try full.tryReceive() == nil, "a cancelled send left its element (\(name))")
+
+            let receiving = Task { try await full.receive() }
+            try await Task.sleep(for: .milliseconds(50))
+            receiving.cancel()
+            await #expect(throws: CancellationError.self) { _ = try await receiving.value }
+            try await full.send(5)
+            #expect(try full.tryReceive() == 5, "a cancelled receive took an element (\(name))")
+        }
+
+        let meet = try SharedChannel<Int>(container, name: "meet", capacity: .rendezvous)
+        let offering = Task { try await meet.send(9) }
+        try await Task.sleep(for: .milliseconds(50))
+        offering.cancel()
+        await #expect(throws: CancellationError.self) { try await offering.value }
+        #expect(try meet.tryReceive() == nil, "a cancelled rendezvous send left its element")
+        #expect(try meet.trySend(1) == false, "rendezvous trySend succeeded without a waiting receiver")
+    }
+
+    // MARK: In process
+
+    @Test("in process: 4 sending and 4 receiving tasks, every element exactly once")
+    func inProcessManyToMany() async throws {
+        for capacity in [ChannelCapacity.rendezvous, .bounded(16), .unbounded] {
+            let channel = SharedChannel<Int>(capacity: capacity)
+            let perSender = capacity == .rendezvous ? 500 : 5_000
+            let received = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for sender in 0..<4 {
+                    group.addTask {
+                        for value in (sender * perSender)..<((sender + 1) * perSender) { try await channel.send(value) }
+                        return []
+                    }
+                }
+                for _ in 0..<4 {
+                    group.addTask {
+                        var values: [Int] = []
+                        while let value = try await channel.receive(deadline: .after(.seconds(60))) { values.append(value) }
+                        return values
+                    }
+                }
+                var all: [Int] = []
+                var sendersDone = 0
+                while let values = try await group.next() {
+                    if values.isEmpty {
+                        sendersDone += 1
+                        if sendersDone == 4 { try channel.close() }
+                    }
+                    all.append(contentsOf: values)
+                }
+                return all
+            }
+            #expect(received.sorted() == Array(0..<(4 * perSender)), "\(capacity)")
+        }
+    }
+}
