@@ -115,14 +115,22 @@ struct LifecycleCommand: AsyncParsableCommand {
         @Option(help: "The loopback server's port.") var port: UInt16
         @Option(help: "The name the connection gives the server (default: the pid).") var name: String?
         @Option(help: "Connect only while holding this hand-over permit.") var handover: String?
+        @Option(help: "Connect only while holding this role (see `baton role`).") var role: String?
+        @Option(help: "With --role: main (the app) or executor (an extension).") var rolePriority: String = "executor"
         @Option(help: "Priority for --handover (higher preempts).") var priority: UInt32 = 1
         @Option(help: "Keep-alive ping interval in seconds.") var keepAlive: Double = 5
 
         func run() async throws {
             let container = try options.open()
-            let permit: any ConnectionPermit = handover.map {
-                HandoverPermit(container: container, name: $0, priority: priority)
-            } ?? UnrestrictedPermit()
+            let permit: any ConnectionPermit
+            if let role {
+                let isMain = rolePriority == "main"
+                permit = RolePermit(try Role(container, name: role), priority: isMain ? .main : .executor, kind: isMain ? "app" : "extension")
+            } else if let handover {
+                permit = HandoverPermit(container: container, name: handover, priority: priority)
+            } else {
+                permit = UnrestrictedPermit()
+            }
             let port = self.port
             let name = self.name ?? "\(getpid())"
             let supervisor = ConnectionSupervisor(
@@ -145,6 +153,7 @@ struct LifecycleCommand: AsyncParsableCommand {
                 }
                 await TerminationSignal.wait()
                 group.cancelAll()
+                try await group.waitForAll()
             }
         }
 

@@ -31,6 +31,7 @@ final class StateLog: Sendable {
     }
 }
 
+@discardableResult
 /// Runs `body` while `supervisor` runs and its states are logged; stops it afterwards.
 func withSupervisor<C: SupervisedConnection, R: Sendable>(
     _ supervisor: ConnectionSupervisor<C>,
@@ -276,6 +277,27 @@ struct LifecycleTests {
         #expect(garbage.withUnsafeBytes { NetlinkMessage.parse($0) }.isEmpty)
     }
 
+    @Test func aHangingConnectIsCancelledAtTheConnectTimeout() async throws {
+        let cancelledAttempts = Locked(0)
+        let supervisor = ConnectionSupervisor<LoopbackConnection>(
+            configuration: .init(backoff: ConnectionBackoff(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(20)),
+                                 keepAliveInterval: nil, connectTimeout: .milliseconds(50))
+        ) {
+            do {
+                try await Task.sleep(for: .seconds(600)) // a server that never answers
+            } catch {
+                cancelledAttempts.withLock { $0 += 1 }
+                throw error
+            }
+            throw TestFailure("unreachable")
+        }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("three timed-out attempts") { $0.filter(\.isWaiting).count >= 3 }
+        }
+        #expect(cancelledAttempts.withLock { $0 } >= 3, "each attempt was cancelled, not abandoned")
+        #expect((supervisor.lastError as? BatonError)?.code == .timedOut)
+    }
+
     @Test func keepAlivePingsReachTheServer() async throws {
         let server = try LoopbackServer()
         let port = server.port
@@ -373,6 +395,52 @@ struct LifecycleTests {
         }
     }
 
+    @Test func sensitiveTaskDefersARolePreemptionByAnotherProcess() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let server = try LoopbackServer()
+        let port = server.port
+        let role = try Role(container, name: "core")
+        let supervisor = ConnectionSupervisor(
+            container: container, permit: RolePermit(role, priority: .executor, kind: "extension"),
+            configuration: .init(keepAliveInterval: nil)
+        ) { try LoopbackConnection.open(port: port, name: "extension") }
+        let background = LocalBackgroundTasks()
+        let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
+        let (finish, finishContinuation) = AsyncStream<Void>.makeStream()
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connected") { $0.last?.isConnected == true }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await sensitive.withSensitiveTask("payment") {
+                        for await _ in finish { break }
+                    }
+                }
+                while try role.status().holder?.state != .critical { try await Task.sleep(for: .milliseconds(2)) }
+                // The app asks for the role; the sensitive task holds it off.
+                let app = try ChildProcess(["role", "acquire", "--name", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
+                                           container: directory.path)
+                while try role.status().holder?.stopRequest == nil { try await Task.sleep(for: .milliseconds(2)) }
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(!app.lines.contains { $0.contains("\"acquired\"") })
+                #expect(server.records.count == 1 && server.records[0].isOpen)
+                #expect(log.states.last?.isConnected == true)
+                finishContinuation.yield()
+                try await group.waitForAll()
+                // Then the extension closes its connection and the app gets the role.
+                try await app.line(timeout: 20) { $0.contains("\"acquired\"") }
+                // The lease is released only after the connection is closed.
+                #expect(supervisor.connection == nil)
+                try await server.waitUntil { !$0[0].isOpen }
+                try await log.waitUntil("waiting for the role") { $0.last == .waitingForPermit }
+                app.signal(SIGKILL)
+            }
+            // The app is gone: the extension takes the role back and reconnects.
+            try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
+        }
+        #expect(background.begunCount == 1 && background.endedCount == 1)
+    }
+
     @Test func expiryCancelsTheWorkAndReleasesEveryLock() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
@@ -440,7 +508,9 @@ struct LifecycleTests {
                 try await sensitive.withSensitiveTask("message") { try await Task.sleep(for: .seconds(600)) }
             }
             #expect(error?.code == .expired)
+            try await group.next() // the expiring process's child task (run() never ends by itself)
             group.cancelAll()
+            try await group.waitForAll()
         }
         #expect(container.suspension.isExpired)
     }
@@ -496,6 +566,32 @@ struct LifecycleTests {
     }
 
     // MARK: Two processes
+
+    @Test func roleHandOverBetweenTwoProcessesNeverOverlaps() async throws {
+        let directory = try TemporaryContainer()
+        let server = try LoopbackServer()
+        let common = ["lifecycle", "supervise", "--port", "\(server.port)", "--role", "core", "--keep-alive", "0.05"]
+        let executor = try ChildProcess(common + ["--role-priority", "executor", "--name", "executor"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
+        // The app takes the role: the executor closes its connection, then releases the lease.
+        let app = try ChildProcess(common + ["--role-priority", "main", "--name", "app"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
+        try await Task.sleep(for: .milliseconds(300)) // the executor waits; it must not get in
+        // The app crashes: the kernel frees the role and the executor reconnects at once.
+        app.signal(SIGKILL)
+        _ = try await app.wait()
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
+        let app2 = try ChildProcess(common + ["--role-priority", "main", "--name", "app2"], container: directory.path)
+        try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
+        app2.signal(SIGTERM)
+        #expect(try await app2.wait() == 0)
+        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 3 && $0.last?.isOpen == true }
+        executor.signal(SIGTERM)
+        #expect(try await executor.wait() == 0)
+        let records = try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
+        #expect(records.map(\.name) == ["executor", "app", "executor", "app2", "executor"])
+        #expect(LoopbackServer.neverOverlapped(records), "two processes were connected at once: \(records)")
+    }
 
     @Test func handOverBetweenTwoProcessesNeverOverlaps() async throws {
         let directory = try TemporaryContainer()

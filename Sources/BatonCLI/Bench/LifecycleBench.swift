@@ -8,8 +8,8 @@ import Synchronization
 /// - drop to connected: the loopback server drops the connection; time until the supervisor
 ///   reports the new connection up. Floors in the same run: a raw TCP `connect` to the same
 ///   server, and a hand-written blocking client that reconnects as soon as `recv` returns 0.
-/// - preemption to connected: a worker process (priority 1) holds the permit and a connection;
-///   this process (priority 2) starts its own supervisor; time until the worker's connection is
+/// - preemption to connected: a worker process (role priority executor) holds the role and a connection;
+///   this process (priority main) starts its own supervisor; time until the worker's connection is
 ///   closed and this one is up. Floor: the same hand-over done raw (a pipe byte asks the worker,
 ///   which closes its socket and `flock(LOCK_UN)`s; this process's blocking `flock` returns,
 ///   then it connects).
@@ -47,7 +47,7 @@ enum LifecycleBench: BenchSuite {
         ]
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process",
-            "permit": "preemption uses the command line's hand-over permit (flock + per-priority request signal), the stand-in for roles until they are merged",
+            "permit": "preemption uses roles (RolePermit: main preempts executor)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
     }
@@ -173,7 +173,7 @@ enum LifecycleBench: BenchSuite {
             try waitForOpen(server, name: "executor")
             let supervisor = ConnectionSupervisor(
                 container: container,
-                permit: HandoverPermit(container: container, name: "bench", priority: 2),
+                permit: RolePermit(try Role(container, name: "bench"), priority: .main, kind: "app"),
                 configuration: .init(keepAliveInterval: nil)
             ) { try LoopbackConnection.open(port: port, name: "app") }
             var states = supervisor.states().makeAsyncIterator()
@@ -184,6 +184,7 @@ enum LifecycleBench: BenchSuite {
                 let end = monotonicNanoseconds()
                 if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
                 group.cancelAll()
+                try await group.waitForAll()
             }
         }
         let handovers = server.records.filter { $0.name == "app" || $0.name == "executor" }
@@ -227,7 +228,7 @@ enum LifecycleBench: BenchSuite {
             let port = UInt16(arguments[1])!
             let supervisor = ConnectionSupervisor(
                 container: container,
-                permit: HandoverPermit(container: container, name: "bench", priority: 1),
+                permit: RolePermit(try Role(container, name: "bench"), priority: .executor, kind: "extension"),
                 configuration: .init(keepAliveInterval: nil)
             ) { try LoopbackConnection.open(port: port, name: "executor") }
             var states = supervisor.states().makeAsyncIterator()
