@@ -14,7 +14,10 @@ import Darwin
 /// gets it at once; while the app runs its core, it waits for the app to store it; otherwise the
 /// process becomes the executor and runs the core until every wanted message is stored (the
 /// instances of one process share that run), and stops at once when the app asks for the core.
-/// Then it shows the message unless someone already did (exactly one process wins).
+/// Then it shows the message unless someone already did (exactly one process wins), together
+/// with the other messages its executor run received that nobody has shown: the server pushes
+/// only while no core is connected, so a message that reached the executor's connection has no
+/// push of its own (on iOS the extension groups them into its notification).
 public struct SimulatedExtension: Sendable {
     let container: SharedContainer
     let port: UInt16
@@ -27,11 +30,20 @@ public struct SimulatedExtension: Sendable {
         self.budget = budget
     }
 
+    /// The messages this process's executor runs stored and no instance has shown yet.
+    final class StoredHere: Sendable {
+        let ids = Mutex<Set<String>>([])
+    }
+
     /// Runs until standard input closes or an `exit` command arrives.
     public func run() async throws {
         let role = try container.role("core")
         let inbox = try await Inbox.open(container: container)
-        let source = SimulatedCoreSource(port: port, role: role, reportsRole: true)
+        // The messages this process's executor runs stored, to show with the next notification.
+        let storedHere = StoredHere()
+        let source = SimulatedCoreSource(port: port, role: role, reportsRole: true) { id in
+            storedHere.ids.withLock { _ = $0.insert(id) }
+        }
         let ballast = Mutex<[[UInt8]]>([])
         ChildChannel.emit(.ready)
         await withTaskGroup(of: Void.self) { group in
@@ -39,7 +51,7 @@ public struct SimulatedExtension: Sendable {
                 switch command.command {
                 case .push:
                     guard let id = command.message else { continue }
-                    group.addTask { await instance(for: id, inbox: inbox, source: source) }
+                    group.addTask { await instance(for: id, inbox: inbox, source: source, storedHere: storedHere) }
                 case .allocate:
                     let bytes = [UInt8](repeating: 1, count: (command.mebibytes ?? 1) << 20)
                     ballast.withLock { $0.append(bytes) }
@@ -54,7 +66,7 @@ public struct SimulatedExtension: Sendable {
         }
     }
 
-    private func instance(for id: String, inbox: Inbox, source: SimulatedCoreSource) async {
+    private func instance(for id: String, inbox: Inbox, source: SimulatedCoreSource, storedHere: StoredHere) async {
         ChildChannel.emit(.instanceStarted, message: id)
         defer { ChildChannel.emit(.instanceFinished, message: id) }
         do {
@@ -64,6 +76,13 @@ public struct SimulatedExtension: Sendable {
                     ChildChannel.emit(.shown, message: id, detail: "extension (\(route))")
                 } else {
                     ChildChannel.emit(.alreadyShown, message: id)
+                }
+                let others = storedHere.ids.withLock { stored -> Set<String> in
+                    defer { stored = [] }
+                    return stored.subtracting([id])
+                }
+                for other in others.sorted() where try await inbox.claimForDisplay(id: other, by: "extension") {
+                    ChildChannel.emit(.shown, message: other, detail: "extension (grouped with \(id))")
                 }
             case .timedOut:
                 ChildChannel.emit(.error, message: id, detail: "timed out: generic notification")
