@@ -44,9 +44,7 @@ public struct SimulatedApp: Sendable {
         // The network core: a supervisor keeps one connection up while this process holds the
         // `core` role (main priority), reconnects at once after a drop, and on suspension
         // closes the connection before any lock of the container is released.
-        let permit = RoleConnectionPermit(role: role, priority: .main, kind: "app") { epoch, held in
-            ChildChannel.emit(held ? .roleAcquired : .roleReleased, epoch: epoch, detail: "main")
-        }
+        let permit = ReportedPermit(RolePermit(role, priority: .main, kind: "app"), label: "main")
         let supervisor = ConnectionSupervisor(
             container: container,
             permit: permit,
