@@ -107,7 +107,7 @@ struct DemoCommand: AsyncParsableCommand {
             ("connections", "\(report.connections)"),
             ("suspensions", "\(report.suspensions)"),
             ("app / extension launches", "\(report.appLaunches) / \(report.extensionLaunches)"),
-            ("pushes", "\(report.pushes) (up to \(report.maximumConcurrentInstances) instances at once in one extension process)"),
+            ("pushes", "\(report.pushes) (at most \(report.maximumConcurrentInstances) at once in one extension process)"),
             ("extension peak memory", "\(fixed(report.extensionPeakDirtyMiB)) MiB dirty, \(fixed(report.extensionPeakResidentMiB)) MiB resident (limit \(Int(report.memoryLimitMiB)) MiB \(report.memoryMeasure))"),
             ("limit kills (memory/time)", "\(report.memoryLimitKills) / \(report.timeLimitKills)"),
             ("faults injected", "\(report.faultsInjected)"),
