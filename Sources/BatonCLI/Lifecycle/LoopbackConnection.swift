@@ -95,9 +95,13 @@ final class LoopbackConnection: SupervisedConnection {
     }
 
     func close() async {
-        loop.withRegistered { registered in
-            if registered.contains(fd) && !isClosed { shutdown(fd, Int32(SHUT_RDWR)) }
+        let shut = loop.withRegistered { registered -> Bool in
+            guard registered.contains(fd) && !isClosed else { return false }
+            return shutdown(fd, Int32(SHUT_RDWR)) == 0
         }
+        // After shutdown(2) the peer has its end of stream (loopback delivers the FIN within
+        // the call); the poll thread still closes the descriptor when it sees the end.
+        if shut { markClosed() }
         await closed()
     }
 

@@ -96,11 +96,15 @@ final class LoopbackServer: Sendable {
                 _ = baton_fcntl_int(client, F_SETFL, O_NONBLOCK)
                 var one: Int32 = 1
                 setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                // Registered before it is recorded, so that a drop that sees the record also
-                // sees the descriptor (this thread handles the new descriptor's events only
-                // after this handler returns).
-                self.loop.add(client) { [weak self] revents in self?.readable(client, revents) ?? false }
                 self.opened(client)
+                // Read what is already queued before accepting the next connection: a client
+                // that closed before a newer one connected is recorded closed before the newer
+                // one opens, even when both wait in the backlog of one batch.
+                if self.readable(client, 0) {
+                    self.loop.add(client) { [weak self] revents in self?.readable(client, revents) ?? false }
+                } else {
+                    close(client)
+                }
             }
         }
     }
@@ -170,20 +174,20 @@ final class LoopbackServer: Sendable {
     /// many were dropped.
     @discardableResult
     func dropAll() -> Int {
-        loop.withRegistered { registered in
-            let now = baton_monotonic_ns()
-            return state.withLock { state -> Int in
-                var dropped = 0
-                for (fd, id) in state.openByFD where registered.contains(fd) {
-                    shutdown(fd, Int32(SHUT_RDWR))
-                    state.order += 1
-                    state.records[id].closedAt = now
-                    state.records[id].closedOrder = state.order
-                    state.records[id].closedBy = "server"
-                    dropped += 1
-                }
-                return dropped
+        // Every client descriptor is closed only after `closed(_:by:)` removed it from
+        // `openByFD` under this lock, so the descriptors listed there are still open.
+        let now = baton_monotonic_ns()
+        return state.withLock { state -> Int in
+            var dropped = 0
+            for (fd, id) in state.openByFD where state.records[id].closedAt == nil {
+                shutdown(fd, Int32(SHUT_RDWR))
+                state.order += 1
+                state.records[id].closedAt = now
+                state.records[id].closedOrder = state.order
+                state.records[id].closedBy = "server"
+                dropped += 1
             }
+            return dropped
         }
     }
 
