@@ -13,7 +13,9 @@ let package = Package(
     products: [
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
+        .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
+        .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -36,11 +38,34 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BatonLoopback",
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "BatonExtensionSample",
+            dependencies: [
+                "Baton",
+                "BatonDatabase",
+                "BatonLoopback",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "BatonSimulator",
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "BatonCLI",
             dependencies: [
                 "Baton",
                 "BatonDatabase",
+                "BatonLoopback",
+                "BatonSimulator",
                 "CBatonShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -50,7 +75,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI"],
+            dependencies: ["Baton", "BatonCLI", "BatonSimulator"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

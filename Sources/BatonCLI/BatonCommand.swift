@@ -15,9 +15,12 @@ struct BatonCommand: AsyncParsableCommand {
             DatabaseTestCommand.self,
             ChannelCommand.self,
             RoleCommand.self,
+            DefaultsCommand.self,
+            InboxCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
+            DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
         ]
     )
 

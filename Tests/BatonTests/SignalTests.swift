@@ -49,6 +49,23 @@ struct SignalTests {
         #expect(delivery.state == 77)
     }
 
+    @Test("a task preferring Signals.executor is resumed on the signal thread by another process's post")
+    func executorRunsOnTheSignalThread() async throws {
+        let directory = try TemporaryContainer()
+        let signals = try SharedContainer(path: directory.path).signals
+        let observation = try signals.observe("direct")
+        let (state, threadName) = try await withTaskExecutorPreference(signals.executor) {
+            let child = try ChildProcess(["signal", "post", "direct", "--state", "11"], container: directory.path)
+            let delivery = try await observation.next(deadline: .after(.seconds(30)))
+            _ = try await child.wait()
+            // The name of the thread this code resumed on.
+            let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
+            return (delivery.state, name.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        #expect(state == 11)
+        #expect(threadName == "baton-signals")
+    }
+
     @Test("a corrupt signal table is rebuilt and observers keep working")
     func corruptTableIsRebuilt() async throws {
         let directory = try TemporaryContainer()

@@ -11,6 +11,7 @@ import Synchronization
 final class NotifySignalBackend: SignalBackend {
     private let prefix: String
     private let queue = DispatchQueue(label: "baton.signals")
+    var executor: any TaskExecutor { globalConcurrentExecutor }
 
     init(container: SharedContainer) throws {
         let idFile = "notify-id"

@@ -46,21 +46,28 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         var slotCache: [String: Int] = [:]
         var observers: [UInt64: Observed] = [:]
         var nextID: UInt64 = 0
-        var threadStarted = false
         var countedAsWaiter = false
     }
 
     private let state: Mutex<State>
-    /// Process-local futex word the signal thread sleeps on while nothing is observed.
-    private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    /// Process-local futex word: bumped when an observer registers (to wake an idle thread) and
+    /// when a job is queued for the thread's executor.
+    private let localWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private let threadStarted = Atomic<Bool>(false)
+    /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
+    private let jobs = Mutex<[UnownedJob]>([])
+    /// Whether the thread can wait on the table and on `localWord` at once (futex_waitv); without
+    /// it, the executor forwards jobs to the global executor.
+    private let canWaitOnBoth = baton_futex_waitv_supported() != 0
 
     init(container: SharedContainer) throws {
         self.container = container
-        idleWord.initialize(to: 0)
+        localWord.initialize(to: 0)
         state = Mutex(State(map: try Self.openValidTable(container)))
+        threadExecutor.table = self
     }
 
-    deinit { idleWord.deallocate() }
+    deinit { localWord.deallocate() }
 
     // MARK: Opening, validating, rebuilding
 
@@ -280,7 +287,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     }
 
     func register(_ observer: SignalObserver) throws -> any SignalRegistration {
-        let (id, startThread) = try state.withLock { state throws -> (UInt64, Bool) in
+        let id = try state.withLock { state throws -> UInt64 in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, observer.name)
             // Count as an observer of the slot first, then read the baseline: a post that
@@ -289,16 +296,9 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             let baseline = baton_load64(slotCounter(state.map, slot))
             state.nextID += 1
             state.observers[state.nextID] = Observed(observer: observer, slot: slot, lastSeen: baseline)
-            let start = !state.threadStarted
-            state.threadStarted = true
-            return (state.nextID, start)
+            return state.nextID
         }
-        if startThread {
-            KernelThread.spawn(name: "baton-signals") { [self] in self.run() }
-        } else {
-            baton_add32(idleWord, 1)
-            _ = baton_futex_wake_all(idleWord)
-        }
+        wakeThread()
         return Registration(table: self, id: id)
     }
 
@@ -317,10 +317,24 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 
     // MARK: The signal thread
 
-    /// One thread per process: sleeps on the table's sequence word while anything is observed,
-    /// on a private word otherwise; on each wake, compares the observed counters.
+    /// Starts the signal thread on first use, or wakes it.
+    private func wakeThread() {
+        if threadStarted.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+            KernelThread.spawn(name: "baton-signals") { [self] in self.run() }
+        } else {
+            baton_add32(localWord, 1)
+            _ = baton_futex_wake_all(localWord)
+        }
+    }
+
+    /// One thread per process: sleeps on the table's sequence word (and on `localWord`) while
+    /// anything is observed, on `localWord` alone otherwise; on each wake, compares the observed
+    /// counters, then runs the jobs of tasks that prefer ``executor``.
     private func run() {
+        let executor = threadExecutor.asUnownedTaskExecutor()
         while true {
+            let localSeen = baton_load32(localWord)
+            if runJobs(on: executor) { continue }
             let (sequenceWord, seen, idle) = state.withLock { state -> (UnsafeMutablePointer<UInt32>, UInt32, Bool) in
                 try? followRetirement(&state)
                 let idle = state.observers.isEmpty
@@ -335,15 +349,42 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
                 return (sequence, baton_load32(sequence), idle)
             }
             if idle {
-                let idleSeen = baton_load32(idleWord)
-                let stillIdle = state.withLock { $0.observers.isEmpty }
-                if stillIdle { _ = baton_futex_wait(idleWord, idleSeen, -1) }
+                _ = baton_futex_wait(localWord, localSeen, -1)
                 continue
             }
             scan()
-            _ = baton_futex_wait(sequenceWord, seen, -1)
+            if runJobs(on: executor) { continue }
+            if canWaitOnBoth {
+                _ = baton_futex_wait_either(sequenceWord, seen, localWord, localSeen)
+            } else {
+                _ = baton_futex_wait(sequenceWord, seen, -1)
+            }
         }
     }
+
+    /// Runs every queued job; returns whether there were any.
+    private func runJobs(on executor: UnownedTaskExecutor) -> Bool {
+        let batch = jobs.withLock { jobs -> [UnownedJob] in
+            defer { jobs.removeAll(keepingCapacity: true) }
+            return jobs
+        }
+        for job in batch { job.runSynchronously(on: executor) }
+        return !batch.isEmpty
+    }
+
+    /// Queues a job for the signal thread.
+    fileprivate func enqueue(_ job: UnownedJob) {
+        guard canWaitOnBoth else {
+            globalConcurrentExecutor.enqueue(job)
+            return
+        }
+        jobs.withLock { $0.append(job) }
+        wakeThread()
+    }
+
+    /// Runs tasks on the signal thread (see ``Signals/executor``).
+    let threadExecutor = SignalThreadExecutor()
+    var executor: any TaskExecutor { threadExecutor }
 
     private func scan() {
         let deliveries = state.withLock { state -> [(SignalObserver, UInt64)] in
@@ -364,6 +405,19 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             return deliveries
         }
         for (observer, value) in deliveries { observer.deliver(state: value) }
+    }
+}
+
+/// A `TaskExecutor` that runs tasks on a process's signal thread, so a delivery resumes the
+/// observing task without waking a second thread.
+final class SignalThreadExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: `table` is written once, in the table's initializer, before the executor is
+    // reachable from any other thread; the table's own state is behind Mutexes.
+    fileprivate weak var table: FutexSignalTable?
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        if let table { table.enqueue(job) } else { globalConcurrentExecutor.enqueue(job) }
     }
 }
 #endif

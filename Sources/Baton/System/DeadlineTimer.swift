@@ -18,6 +18,9 @@ final class DeadlineTimer: @unchecked Sendable {
         var entries: [UInt64: Entry] = [:]
         var nextID: UInt64 = 0
         var started = false
+        /// When the thread will wake by itself (`nil`: never). A new deadline wakes it only when
+        /// earlier, so re-arming a later deadline in a loop costs no system call.
+        var armedUntil: ContinuousClock.Instant?
     }
 
     private let state = Mutex(State())
@@ -30,10 +33,11 @@ final class DeadlineTimer: @unchecked Sendable {
     func schedule(at when: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
         let (id, start, earliest) = state.withLock { state -> (UInt64, Bool, Bool) in
             state.nextID &+= 1
-            let earliest = state.entries.values.allSatisfy { $0.when > when }
             state.entries[state.nextID] = Entry(when: when, id: state.nextID, fire: fire)
             let start = !state.started
             state.started = true
+            let earliest = state.armedUntil.map { when < $0 } ?? true
+            if earliest { state.armedUntil = when }
             return (state.nextID, start, earliest)
         }
         if start {
@@ -65,6 +69,7 @@ final class DeadlineTimer: @unchecked Sendable {
                         next = entry.when
                     }
                 }
+                state.armedUntil = due.isEmpty ? next : now
                 return (due, next)
             }
             for entry in due { entry.fire() }

@@ -55,6 +55,8 @@ let benchSuites: [any BenchSuite.Type] = [
     DatabaseBench.self,
     ChannelsBench.self,
     RolesBench.self,
+    DefaultsBench.self,
+    InboxBench.self,
     LifecycleBench.self,
 ]
 

@@ -18,22 +18,26 @@ enum SignalsBench: BenchSuite {
         let rounds = quick ? 2_000 : 20_000
         let fanRounds = quick ? 50 : 300
 
-        FileHandleOutput.standardError("signals: futex ping-pong")
-        let futexOneWay = try pingPongFutex(container: path, shm: shm, rounds: rounds)
-        FileHandleOutput.standardError("signals: pipe ping-pong")
-        let pipeOneWay = try pingPongPipe(container: path, rounds: rounds)
-        FileHandleOutput.standardError("signals: Baton signal ping-pong")
-        let signalOneWay = try await pingPongSignals(container: container, path: path, rounds: rounds)
-        FileHandleOutput.standardError("signals: raw futex wake of \(fanout) processes")
-        let fanFutex = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "futex-fan", post: {
-            baton_add32(word(shm, fanOffset), 1)
-            _ = baton_futex_wake_all(word(shm, fanOffset))
-        })
+        // Floors and Baton alternate in blocks, so that each ratio compares runs made under the
+        // same conditions (on these machines the futex floor moves 10x with core placement).
+        let blocks = 4
+        var futexOneWay: [Double] = [], pipeOneWay: [Double] = [], signalOneWay: [Double] = []
+        var fanFutex: [Double] = [], fanSignals: [Double] = []
         let signals = try container.signals
-        FileHandleOutput.standardError("signals: Baton signal fan-out to \(fanout) processes")
-        let fanSignals = try fanOut(container: path, shm: shm, rounds: fanRounds, mode: "signal-fan", post: {
-            try signals.post("bench.fan", state: monotonicNanoseconds())
-        })
+        for block in 1...blocks {
+            FileHandleOutput.standardError("signals: block \(block)/\(blocks): ping-pongs (futex, pipe, Baton)")
+            futexOneWay += try pingPongFutex(container: path, shm: shm, rounds: rounds / blocks)
+            pipeOneWay += try pingPongPipe(container: path, rounds: rounds / blocks)
+            signalOneWay += try await pingPongSignals(container: container, path: path, rounds: rounds / blocks)
+            FileHandleOutput.standardError("signals: block \(block)/\(blocks): fan-out to \(fanout) processes (futex, Baton)")
+            fanFutex += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "futex-fan", post: {
+                baton_add32(word(shm, fanOffset), 1)
+                _ = baton_futex_wake_all(word(shm, fanOffset))
+            })
+            fanSignals += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "signal-fan", post: {
+                try signals.post("bench.fan", state: monotonicNanoseconds())
+            })
+        }
 
         let futexP50 = percentile(futexOneWay, 50), futexP99 = percentile(futexOneWay, 99)
         let results = [
@@ -44,7 +48,7 @@ enum SignalsBench: BenchSuite {
             BenchResult(name: "pipe_pingpong_p50_us", value: percentile(pipeOneWay, 50), unit: "us", floorName: "futex_pingpong_p50_us", floor: futexP50),
         ]
         return (results, [
-            "method": "one-way latency = round trip / 2 between two processes (\(rounds) rounds after warm-up); fan-out = time until the last of \(fanout) sleeping processes wakes (\(fanRounds) rounds)",
+            "method": "one-way latency = round trip / 2 between two processes (\(rounds) rounds after warm-up); fan-out = time until the last of \(fanout) sleeping processes wakes (\(fanRounds) rounds); floors and Baton alternate in \(blocks) blocks; Baton's observers run on Signals.executor (the signal thread)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
     }
@@ -106,15 +110,18 @@ enum SignalsBench: BenchSuite {
         let worker = try WorkerProcess(suite: name, container: path, arguments: ["signal-pong"])
         try worker.waitReady()
         defer { withExtendedLifetime(worker) {} }
-        var samples: [Double] = []
         let warmup = rounds / 10
-        for index in 0..<(rounds + warmup) {
-            let start = monotonicNanoseconds()
-            try signals.post("bench.ping", state: UInt64(index))
-            _ = try await pongs.next(deadline: .after(.seconds(5)))
-            if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+        // Both sides run on their signal threads (`Signals.executor`): no second thread hop.
+        return try await withTaskExecutorPreference(signals.executor) {
+            var samples: [Double] = []
+            for index in 0..<(rounds + warmup) {
+                let start = monotonicNanoseconds()
+                try signals.post("bench.ping", state: UInt64(index))
+                _ = try await pongs.next(deadline: .after(.seconds(5)))
+                if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
+            }
+            return samples
         }
-        return samples
     }
 
     // MARK: Fan-out
@@ -167,7 +174,9 @@ enum SignalsBench: BenchSuite {
             let signals = try container.signals
             let pings = try signals.observe("bench.ping")
             emit("ready")
-            for await delivery in pings { try signals.post("bench.pong", state: delivery.state) }
+            try await withTaskExecutorPreference(signals.executor) {
+                for await delivery in pings { try signals.post("bench.pong", state: delivery.state) }
+            }
         case "futex-fan", "signal-fan":
             let index = Int(arguments[1])!
             let slot = shm.pointer.advanced(by: slotsOffset + index * 8).assumingMemoryBound(to: UInt64.self)
@@ -188,9 +197,12 @@ enum SignalsBench: BenchSuite {
                     if now != seen { seen = now; report() }
                 }
             } else {
-                let observation = try container.signals.observe("bench.fan")
+                let signals = try container.signals
+                let observation = try signals.observe("bench.fan")
                 emit("ready")
-                for await _ in observation { report() }
+                await withTaskExecutorPreference(signals.executor) {
+                    for await _ in observation { report() }
+                }
             }
         default:
             throw BatonError(.invalidArgument, "unknown signals worker \(arguments)")

@@ -39,6 +39,22 @@ static inline int baton_futex_wake_all(uint32_t *addr) {
     return baton_futex_wake(addr, INT_MAX);
 }
 
+/// Waits until either of two (process-shared) futex words is woken or differs from its expected
+/// value (futex_waitv, Linux 5.16+). Returns the index woken, or -1 with errno (EAGAIN when a
+/// value already differs, ENOSYS on older kernels).
+static inline int baton_futex_wait_either(uint32_t *a, uint32_t expected_a, uint32_t *b, uint32_t expected_b) {
+    struct futex_waitv waiters[2];
+    waiters[0].val = expected_a; waiters[0].uaddr = (uint64_t)(uintptr_t)a; waiters[0].flags = FUTEX_32; waiters[0].__reserved = 0;
+    waiters[1].val = expected_b; waiters[1].uaddr = (uint64_t)(uintptr_t)b; waiters[1].flags = FUTEX_32; waiters[1].__reserved = 0;
+    return (int)syscall(449 /* futex_waitv */, waiters, 2, 0, NULL, 0);
+}
+
+/// Whether the kernel has futex_waitv.
+static inline int baton_futex_waitv_supported(void) {
+    long result = syscall(449 /* futex_waitv */, NULL, 0, 0, NULL, 0);
+    return !(result == -1 && errno == ENOSYS);
+}
+
 static inline int baton_gettid(void) { return (int)syscall(SYS_gettid); }
 #include <sys/prctl.h>
 static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }

@@ -1,0 +1,145 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What the simulator reads from `/proc` (Linux): resident memory and kernel file locks.
+public enum ProcFS {
+    /// A kernel file lock from `/proc/locks`.
+    public struct Lock: Sendable, Hashable {
+        /// `FLOCK`, `POSIX` or `OFDLCK`.
+        public var kind: String
+        /// The process that holds (or awaits) it.
+        public var pid: Int32
+        /// The locked file's inode.
+        public var inode: UInt64
+        /// True for a blocked waiter (`->` in `/proc/locks`), which holds nothing.
+        public var waiting: Bool
+    }
+
+    /// Reads a whole small file (`/proc` files report size 0, so read until EOF).
+    static func read(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            bytes.append(contentsOf: buffer[0..<count])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Resident memory of a process (`VmRSS`) and its peak (`VmHWM`), in bytes; nil once it is gone.
+    public static func residentMemory(of pid: Int32) -> (resident: UInt64, peak: UInt64)? {
+        guard let text = read("/proc/\(pid)/status") else { return nil }
+        var resident: UInt64?
+        var peak: UInt64?
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("VmRSS:") { resident = kibibytes(line) }
+            if line.hasPrefix("VmHWM:") { peak = kibibytes(line) }
+        }
+        guard let resident else { return nil }
+        return (resident, peak ?? resident)
+    }
+
+    /// Dirty memory of a process (`Private_Dirty + Shared_Dirty` of `/proc/PID/smaps_rollup`),
+    /// in bytes: the pages it wrote, which is what iOS's memory limit counts (its
+    /// `phys_footprint`), unlike resident memory, which also counts the clean pages of shared
+    /// libraries. Nil once the process is gone.
+    public static func dirtyMemory(of pid: Int32) -> UInt64? {
+        guard let text = read("/proc/\(pid)/smaps_rollup") else { return nil }
+        var total: UInt64 = 0
+        var found = false
+        for line in text.split(separator: "\n") where line.hasPrefix("Private_Dirty:") || line.hasPrefix("Shared_Dirty:") {
+            total += kibibytes(line) ?? 0
+            found = true
+        }
+        return found ? total : nil
+    }
+
+    private static func kibibytes(_ line: Substring) -> UInt64? {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard fields.count >= 2, let value = UInt64(fields[1]) else { return nil }
+        return value * 1024
+    }
+
+    /// Every lock in `/proc/locks`.
+    public static func locks() -> [Lock] {
+        guard let text = read("/proc/locks") else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            let waiting = fields.count > 1 && fields[1] == "->"
+            if waiting { fields.remove(at: 1) }
+            guard fields.count >= 6, let pid = Int32(fields[4]) else { return nil }
+            let device = fields[5].split(separator: ":")
+            guard device.count == 3, let inode = UInt64(device[2]) else { return nil }
+            return Lock(kind: fields[1], pid: pid, inode: inode, waiting: waiting)
+        }
+    }
+
+    /// The inodes of every file and directory under `directory` (not following links).
+    public static func inodes(under directory: String) -> Set<UInt64> {
+        var result = Set<UInt64>()
+        var pending = [directory]
+        while let path = pending.popLast() {
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            result.insert(UInt64(info.st_ino))
+            guard (info.st_mode & S_IFMT) == S_IFDIR, let stream = opendir(path) else { continue }
+            while let entry = readdir(stream) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if name != "." && name != ".." { pending.append(path + "/" + name) }
+            }
+            closedir(stream)
+        }
+        return result
+    }
+
+    /// The locks that `pid` holds (not merely awaits) on files under `directory`.
+    public static func locksHeld(by pid: Int32, under directory: String) -> [Lock] {
+        let mine = locks().filter { $0.pid == pid && !$0.waiting }
+        guard !mine.isEmpty else { return [] }
+        let inodes = inodes(under: directory)
+        return mine.filter { inodes.contains($0.inode) }
+    }
+
+    /// The files under `directory` that `pid` holds a lock on, through any of its descriptors
+    /// (the `lock:` lines of `/proc/PID/fdinfo/FD`): `flock`, POSIX and OFD locks alike, even
+    /// those `/proc/locks` cannot attribute to a process (OFD locks show pid -1 there).
+    public static func lockedFiles(of pid: Int32, under directory: String) -> [String] {
+        guard let stream = opendir("/proc/\(pid)/fd") else { return [] }
+        defer { closedir(stream) }
+        let root = canonicalPath(directory)
+        var files: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)"),
+                  info.split(separator: "\n").contains(where: { $0.hasPrefix("lock:") }),
+                  let target = link("/proc/\(pid)/fd/\(name)"), target.hasPrefix(root + "/") else { continue }
+            files.append(String(target.dropFirst(root.count + 1)))
+        }
+        return files.sorted()
+    }
+
+    private static func link(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func canonicalPath(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+}

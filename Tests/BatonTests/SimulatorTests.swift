@@ -1,0 +1,153 @@
+import Baton
+import BatonSimulator
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The simulator and `baton demo`, with real processes: a seeded chaos run, the replayable fault
+/// schedule, the 0xDEAD10CC rule and the extension's memory limit.
+@Suite("Simulator", .serialized)
+struct SimulatorTests {
+    static func object(_ line: String) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+    }
+
+    /// Runs `baton demo --json` and returns its exit status and JSON report.
+    static func demo(_ arguments: [String]) async throws -> (status: Int32, report: [String: Any]) {
+        let result = try await runBaton(["demo", "--json"] + arguments, container: nil, timeout: 90)
+        let line = try #require(result.lines.last { $0.hasPrefix("{") }, "no JSON report; stderr: \(result.errors.suffix(5))")
+        return (result.status, object(line))
+    }
+
+    @Test func seededChaosRunKeepsEveryInvariantAndReplaysItsFaults() async throws {
+        let arguments = ["--chaos", "--seed", "42", "--seconds", "12", "--messages", "30"]
+        let first = try await Self.demo(arguments)
+        let second = try await Self.demo(arguments)
+        for run in [first, second] {
+            let report = run.report
+            #expect(run.status == 0, "invariants failed: \(report["failures"] ?? "?")")
+            #expect(report["sent"] as? Int == 30)
+            #expect(report["stored"] as? Int == 30)
+            #expect(report["shown"] as? Int == 30)
+            #expect(report["lost"] as? Int == 0)
+            #expect(report["shown_twice"] as? Int == 0)
+            #expect(report["overlapping_connections"] as? Int == 0)
+            #expect(report["dead10cc_kills"] as? Int == 0)
+            #expect((report["faults_injected"] as? Int ?? 0) > 0)
+            #expect((report["extension_peak_dirty_mib"] as? Double ?? 99) < 24)
+            #expect((report["extension_peak_rss_mib"] as? Double ?? 0) > 0)
+            #expect(report["memory_limit_kills"] as? Int == 0)
+            let latency = report["send_to_shown_ms"] as? [String: Any]
+            #expect(latency?["p50"] is Double)
+            #expect(latency?["p99"] is Double)
+            #expect(report["handovers"] is Int)
+        }
+        let schedule = first.report["fault_schedule"] as? [String] ?? []
+        #expect(!schedule.isEmpty)
+        #expect(schedule == second.report["fault_schedule"] as? [String])
+    }
+
+    @Test func faultPlansDependOnlyOnTheSeed() {
+        let a = FaultPlan.random(seed: 9, window: 1...20)
+        let b = FaultPlan.random(seed: 9, window: 1...20)
+        let c = FaultPlan.random(seed: 10, window: 1...20)
+        #expect(!a.faults.isEmpty)
+        #expect(a == b)
+        #expect(a != c)
+        #expect(a.faults.allSatisfy { (1...20).contains($0.at) })
+    }
+
+    /// Runs `body` with a simulator and its server, both running until `body` returns.
+    static func withSimulator(
+        configure: (inout Simulator.Configuration) -> Void = { _ in },
+        _ body: @Sendable (Simulator, String) async throws -> Void
+    ) async throws {
+        let directory = try TemporaryContainer()
+        let timeline = Timeline()
+        let server = try LoopbackServer(timeline: timeline) { _ in }
+        var configuration = Simulator.Configuration(executable: ChildProcess.executable, container: directory.path, serverPort: server.port)
+        configuration.suspensionGrace = .seconds(3)
+        configure(&configuration)
+        let simulator = Simulator(configuration: configuration, timeline: timeline)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await server.run() }
+            group.addTask { await simulator.run() }
+            defer { group.cancelAll() }
+            do {
+                try await body(simulator, directory.path)
+            } catch {
+                await simulator.shutdown()
+                throw error
+            }
+            await simulator.shutdown()
+        }
+    }
+
+    @Test func aSuspendedProcessHoldingAContainerLockIsKilled() async throws {
+        try await Self.withSimulator(configure: { $0.appArguments = ["--keep-locks-when-suspended"] }) { simulator, directory in
+            let acquired = simulator.expect { $0.kind == .roleAcquired }
+            try await simulator.foregroundApp()
+            _ = try #require(await simulator.wait(for: acquired, timeout: .seconds(20)))
+            let app = try #require(simulator.app)
+            #expect(!ProcFS.locksHeld(by: app.pid, under: directory).isEmpty)
+            #expect(ProcFS.lockedFiles(of: app.pid, under: directory).contains { $0.hasPrefix(".baton/presence/") })
+            let killed = await simulator.suspendApp()
+            #expect(killed)
+            #expect(simulator.deadLockKills == 1)
+            #expect(simulator.timeline.events.contains { $0.kind == .dead10cc && $0.pid == app.pid })
+            let gone = simulator.expect { $0.pid == app.pid && $0.kind == .killed }
+            if app.isRunning { _ = await simulator.wait(for: gone, timeout: .seconds(10)) }
+            #expect(app.exitStatus == 128 + SIGKILL)
+        }
+    }
+
+    @Test func aWellBehavedAppReleasesEveryLockBeforeSuspension() async throws {
+        try await Self.withSimulator { simulator, directory in
+            let acquired = simulator.expect { $0.kind == .roleAcquired }
+            try await simulator.foregroundApp()
+            _ = try #require(await simulator.wait(for: acquired, timeout: .seconds(20)))
+            let app = try #require(simulator.app)
+            let killed = await simulator.suspendApp()
+            #expect(!killed)
+            #expect(app.isRunning && app.isStopped)
+            #expect(ProcFS.locksHeld(by: app.pid, under: directory).isEmpty)
+            #expect(ProcFS.lockedFiles(of: app.pid, under: directory).isEmpty)
+            #expect(simulator.deadLockKills == 0)
+            let reacquired = simulator.expect { $0.kind == .roleAcquired && $0.pid == app.pid }
+            simulator.resumeApp()
+            #expect(await simulator.wait(for: reacquired, timeout: .seconds(20)) != nil)
+        }
+    }
+
+    @Test func anExtensionPastTheTimeLimitIsKilled() async throws {
+        try await Self.withSimulator(configure: { $0.extensionTimeLimit = .seconds(1) }) { simulator, _ in
+            // A push for a message the server never sends: the instance waits for it, past the limit.
+            let limit = simulator.expect { $0.kind == .limit }
+            simulator.push("never-sent")
+            let event = try #require(await simulator.wait(for: limit, timeout: .seconds(20)))
+            #expect(event.detail?.contains("longer than") == true)
+            #expect(simulator.limitKills["time"] == 1)
+        }
+    }
+
+    @Test func anExtensionPastTheMemoryLimitIsKilled() async throws {
+        try await Self.withSimulator(configure: {
+            $0.extensionMemoryLimit = 24 << 20
+            $0.memoryMeasure = .dirty
+        }) { simulator, _ in
+            let ready = simulator.expect { $0.kind == .ready }
+            let process = try simulator.launchExtension()
+            _ = try #require(await simulator.wait(for: ready, timeout: .seconds(20)))
+            let limit = simulator.expect { $0.kind == .limit && $0.pid == process.pid }
+            let gone = simulator.expect { $0.kind == .killed && $0.pid == process.pid }
+            process.send(ChildCommand(.allocate, mebibytes: 40))
+            let event = try #require(await simulator.wait(for: limit, timeout: .seconds(20)))
+            #expect(event.detail?.contains("dirty memory") == true)
+            _ = await simulator.wait(for: gone, timeout: .seconds(10))
+            #expect(process.exitStatus == 128 + SIGKILL)
+            #expect(simulator.limitKills["memory"] == 1)
+        }
+    }
+}
