@@ -73,14 +73,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BatonTestSupport",
+            path: "Tests/BatonTestSupport",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonSimulator"],
+            dependencies: ["Baton", "BatonCLI", "BatonSimulator", "BatonTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BatonDatabaseTests",
             dependencies: [
+                "BatonTestSupport",
                 "Baton",
                 "BatonDatabase",
                 "BatonCLI",

@@ -1,10 +1,11 @@
+import Baton
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// Reads newline-terminated lines from a descriptor on a ``DetachedThread`` and hands each to
+/// Reads newline-terminated lines from a descriptor on a ``KernelThread`` and hands each to
 /// a handler; calls `onEnd` once at end of file or error. The descriptor is not closed.
 enum LineReader {
     static func start(
@@ -13,7 +14,7 @@ enum LineReader {
         onLine: @escaping @Sendable (String) -> Void,
         onEnd: @escaping @Sendable () -> Void
     ) {
-        DetachedThread.spawn(name: name) {
+        KernelThread.spawn(name: name) {
             var pending: [UInt8] = []
             var buffer = [UInt8](repeating: 0, count: 16384)
             while true {

@@ -1,3 +1,4 @@
+import Baton
 import CBatonShims
 import Synchronization
 #if canImport(Glibc)
@@ -94,7 +95,7 @@ public final class LoopbackServer: Sendable {
 
     /// Accepts connections until the task is cancelled, then closes every connection.
     public func run() async {
-        DetachedThread.spawn(name: "sim-server") { [self] in acceptLoop() }
+        KernelThread.spawn(name: "sim-server") { [self] in acceptLoop() }
         await withTaskCancellationHandler {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(3600))

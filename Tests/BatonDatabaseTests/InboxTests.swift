@@ -1,6 +1,7 @@
 import Baton
 import BatonDatabase
 import Foundation
+import BatonTestSupport
 import Testing
 
 /// The inbox with real processes: a loopback message server (`baton inbox loopback serve`), an

@@ -3,6 +3,7 @@ import BatonDatabase
 import Foundation
 import GRDB
 import Synchronization
+import BatonTestSupport
 import Testing
 
 /// The schema the `baton db-test` workers use (same as `TestSchema` in BatonCLI).

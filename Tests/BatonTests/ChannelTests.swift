@@ -1,6 +1,7 @@
 import Baton
 import Foundation
 import Synchronization
+import BatonTestSupport
 import Testing
 
 @Suite("Channels", .serialized)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import BatonTestSupport
 import Testing
 @testable import Baton
 @testable import BatonCLI

@@ -1,5 +1,6 @@
 import Baton
 import Foundation
+import BatonTestSupport
 import Testing
 
 @Suite("Presence of real processes")

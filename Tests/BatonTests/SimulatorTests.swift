@@ -1,6 +1,7 @@
 import Baton
 import BatonSimulator
 import Foundation
+import BatonTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc

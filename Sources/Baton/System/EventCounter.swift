@@ -6,7 +6,7 @@ import Synchronization
 ///
 /// Take a ``snapshot()`` *before* checking the condition you wait for, then wait
 /// `after:` that snapshot: a notification that lands in between is never lost.
-final class EventCounter: Sendable {
+package final class EventCounter: Sendable {
     private struct State {
         var count: UInt64 = 0
         var nextID: UInt64 = 0
@@ -15,13 +15,13 @@ final class EventCounter: Sendable {
 
     private let state = Mutex(State())
 
-    init() {}
+    package init() {}
 
     /// The current count.
-    func snapshot() -> UInt64 { state.withLock { $0.count } }
+    package func snapshot() -> UInt64 { state.withLock { $0.count } }
 
     /// Bumps the count and wakes every waiter.
-    func notify() {
+    package func notify() {
         let ready = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             state.count &+= 1
             let resumed = state.waiters.values.map(\.continuation)
@@ -33,7 +33,7 @@ final class EventCounter: Sendable {
 
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
     /// task is cancelled (throws `CancellationError`).
-    func wait(after seen: UInt64, deadline: Deadline) async throws {
+    package func wait(after seen: UInt64, deadline: Deadline) async throws {
         if let instant = deadline.instant, ContinuousClock.now >= instant {
             if snapshot() != seen { return }
             throw BatonError(.timedOut, "the deadline passed before the awaited event")

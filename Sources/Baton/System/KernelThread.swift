@@ -1,14 +1,15 @@
 import CBatonShims
-/// Starts a detached OS thread for a loop that blocks in the kernel (inotify read, futex wait).
-/// These threads are the only threads Baton creates: one per kind of kernel wait per process.
-enum KernelThread {
+/// Starts a detached OS thread for a loop that blocks in the kernel (inotify read, futex wait,
+/// a pipe or socket read). The library uses one per kind of kernel wait per process; the
+/// simulator one per child pipe and server connection.
+package enum KernelThread {
     private final class Box {
         let body: () -> Void
         let name: String
         init(_ body: @escaping () -> Void, name: String) { self.body = body; self.name = name }
     }
 
-    static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
+    package static func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
         let box = Unmanaged.passRetained(Box(body, name: name)).toOpaque()
         var thread = pthread_t()
         let result = pthread_create(&thread, nil, { argument in

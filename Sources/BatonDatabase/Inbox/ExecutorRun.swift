@@ -121,7 +121,7 @@ struct ExecutorRun {
             },
             nothingPending: {
                 drained.set(true)
-                runs.changes.bump()
+                runs.changes.notify()
             })
         return try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
@@ -138,7 +138,7 @@ struct ExecutorRun {
                     if drained.value, try await inbox.store.containsAll(runs.wanted(in: key)) {
                         return .completed
                     }
-                    try await runs.changes.wait(after: seen)
+                    try await runs.changes.wait(after: seen, deadline: .never)
                 }
             }
             if let instant = deadline.instant {

@@ -1,3 +1,4 @@
+import Baton
 import Synchronization
 
 /// The executor runs of this process, one per inbox (container, role, signal): the state that
@@ -18,12 +19,12 @@ final class ExecutorRuns: Sendable {
 
     private let entries = Mutex<[String: Entry]>([:])
     /// Bumped on every change to any entry, and by running sources on each delivery.
-    let changes = ChangeCounter()
+    let changes = EventCounter()
 
     /// Registers interest in `id`; undo with ``unwant(_:in:)``.
     func want(_ id: String, in key: String) {
         entries.withLock { $0[key, default: Entry()].wanted[id, default: 0] += 1 }
-        changes.bump()
+        changes.notify()
     }
 
     func unwant(_ id: String, in key: String) {
@@ -37,7 +38,7 @@ final class ExecutorRuns: Sendable {
             }
             entries[key] = entry.wanted.isEmpty && !entry.running ? nil : entry
         }
-        changes.bump()
+        changes.notify()
     }
 
     /// The ids the callers of this process wait for.
@@ -52,7 +53,7 @@ final class ExecutorRuns: Sendable {
             entries[key, default: Entry()].running = true
             return true
         }
-        if began { changes.bump() }
+        if began { changes.notify() }
         return began
     }
 
@@ -63,7 +64,7 @@ final class ExecutorRuns: Sendable {
             entry.running = false
             entries[key] = entry.wanted.isEmpty ? nil : entry
         }
-        changes.bump()
+        changes.notify()
     }
 
     /// Whether a caller of this process holds the run of `key`.
@@ -76,7 +77,7 @@ final class ExecutorRuns: Sendable {
         entries.withLock { entries in
             if entries[key]?.wanted[id] != nil { entries[key]?.received.insert(id) }
         }
-        changes.bump()
+        changes.notify()
     }
 
     /// Whether this process's source delivered `id` while someone here wanted it.

@@ -4,7 +4,7 @@ import Baton
 /// (another process stored a message), a change inside this process (an executor run started or
 /// ended, the source delivered), a change of the role, or the deadline.
 ///
-/// Callers take their snapshots (signal observation created, ``ChangeCounter/snapshot()``, role
+/// Callers take their snapshots (signal observation created, ``EventCounter/snapshot()``, role
 /// changes subscribed) before they check their condition, then wait here; a wake-up that landed
 /// in between is never missed.
 enum InboxWait {
@@ -12,7 +12,7 @@ enum InboxWait {
     /// - Throws: `CancellationError` when the task is cancelled.
     static func next(
         signal observation: SignalObservation,
-        local changes: ChangeCounter,
+        local changes: EventCounter,
         after seen: UInt64,
         role roleChange: (@Sendable () async throws -> Void)?,
         deadline: Deadline
@@ -28,7 +28,7 @@ enum InboxWait {
                 }
             }
             group.addTask {
-                try await changes.wait(after: seen)
+                try await changes.wait(after: seen, deadline: .never)
                 return true
             }
             if let roleChange {

@@ -1,5 +1,3 @@
-// A copy of Tests/BatonTests/Support/ChildProcess.swift (test targets cannot share sources).
-
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -11,15 +9,15 @@ import Glibc
 /// Standard output is read line by line on a thread; ``line(matching:timeout:)`` waits for a
 /// line. The child is killed with SIGKILL and reaped when this object goes away, and it dies
 /// with the test runner (`BATON_DIE_WITH_PARENT`).
-final class ChildProcess: Sendable {
-    let pid: pid_t
-    let arguments: [String]
+package final class ChildProcess: Sendable {
+    package let pid: pid_t
+    package let arguments: [String]
     private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
     private let exitStatus = Mutex<Int32?>(nil)
     private let errorOutput = Mutex<[String]>([])
 
     /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
-    static var executable: String {
+    package static var executable: String {
         if let path = ProcessInfo.processInfo.environment["BATON_EXECUTABLE"] { return path }
         let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var directory = me.deletingLastPathComponent()
@@ -29,7 +27,7 @@ final class ChildProcess: Sendable {
     }
 
     /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
-    init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+    package init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
         self.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         if let container { environment["BATON_CONTAINER"] = container }
@@ -103,15 +101,15 @@ final class ChildProcess: Sendable {
     }
 
     /// Every line the child wrote to standard error so far.
-    var errorLines: [String] { errorOutput.withLock { $0 } }
+    package var errorLines: [String] { errorOutput.withLock { $0 } }
 
     /// Every line printed so far.
-    var lines: [String] { output.withLock { $0.lines } }
+    package var lines: [String] { output.withLock { $0.lines } }
 
     /// Waits for the next line (after the ones already returned by this method) that satisfies
     /// `predicate`; throws after `timeout` seconds or if the output closes first.
     @discardableResult
-    func line(timeout: Double = 10, matching predicate: @Sendable (String) -> Bool = { _ in true }) async throws -> String {
+    package func line(timeout: Double = 10, matching predicate: @Sendable (String) -> Bool = { _ in true }) async throws -> String {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             let (found, closed) = output.withLock { state -> (String?, Bool) in
@@ -129,11 +127,11 @@ final class ChildProcess: Sendable {
         throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines), stderr: \(errorLines)")
     }
 
-    func signal(_ number: Int32) { Glibc.kill(pid, number) }
+    package func signal(_ number: Int32) { Glibc.kill(pid, number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
     @discardableResult
-    func wait(timeout: Double = 20) async throws -> Int32 {
+    package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let status = reap(blocking: false) { return status }
@@ -163,7 +161,7 @@ final class ChildProcess: Sendable {
 }
 
 /// Runs `baton <arguments>` to completion and returns its status and output lines.
-func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
+package func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
     let child = try ChildProcess(arguments, container: container)
     let status = try await child.wait(timeout: timeout)
     // Give the reader thread a moment to drain the pipe.
@@ -172,18 +170,18 @@ func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) a
 }
 
 extension ChildProcess {
-    var outputClosed: Bool { output.withLock { $0.closed } }
+    package var outputClosed: Bool { output.withLock { $0.closed } }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+package struct TestFailure: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
 }
 
 /// A fresh temporary container directory, removed when the value is released.
-final class TemporaryContainer: Sendable {
-    let path: String
-    init() throws {
+package final class TemporaryContainer: Sendable {
+    package let path: String
+    package init() throws {
         var template = Array((NSTemporaryDirectory() + "baton-test-XXXXXX").utf8CString)
         guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
             throw POSIXError(.EIO)
@@ -194,15 +192,15 @@ final class TemporaryContainer: Sendable {
 }
 
 /// Kernel file locks from `/proc/locks`.
-enum ProcLocks {
-    struct Entry: Hashable {
-        var kind: String   // FLOCK, POSIX, OFDLCK
-        var pid: pid_t
-        var inode: UInt64
-        var waiting: Bool
+package enum ProcLocks {
+    package struct Entry: Hashable {
+        package var kind: String   // FLOCK, POSIX, OFDLCK
+        package var pid: pid_t
+        package var inode: UInt64
+        package var waiting: Bool
     }
 
-    static func all() -> [Entry] {
+    package static func all() -> [Entry] {
         guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
@@ -216,7 +214,7 @@ enum ProcLocks {
     }
 
     /// Inodes of every file under `directory`.
-    static func inodes(under directory: String) -> Set<UInt64> {
+    package static func inodes(under directory: String) -> Set<UInt64> {
         var result = Set<UInt64>()
         let enumerator = FileManager.default.enumerator(atPath: directory)
         while let relative = enumerator?.nextObject() as? String {
@@ -227,7 +225,7 @@ enum ProcLocks {
     }
 
     /// Locks held (not merely awaited) by `pid` on files under `directory`.
-    static func held(by pid: pid_t, under directory: String) -> [Entry] {
+    package static func held(by pid: pid_t, under directory: String) -> [Entry] {
         let inodes = inodes(under: directory)
         return all().filter { $0.pid == pid && !$0.waiting && inodes.contains($0.inode) }
     }
