@@ -19,6 +19,20 @@ func testMigrator() -> DatabaseMigrator {
     return migrator
 }
 
+/// Starts a process that holds the database inside a write transaction, then opens it here with
+/// the given busy timeout.
+func openBehindAHolder(
+    _ path: String, in directory: TemporaryContainer, busyTimeout: Duration
+) async throws -> (holder: ChildProcess, database: SharedDatabase) {
+    let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+    try await holder.line(timeout: 30) { $0 == "in-transaction" }
+    let container = try SharedContainer(path: directory.path)
+    var configuration = SharedDatabase.Configuration()
+    configuration.busyTimeout = busyTimeout
+    let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+    return (holder, database)
+}
+
 func count(_ database: SharedDatabase, _ sql: String = "SELECT count(*) FROM item") async throws -> Int {
     try await database.read { db in try Int.fetchOne(db, sql: sql) ?? -1 }
 }
@@ -137,12 +151,7 @@ struct SharedDatabaseTests {
     func busyNamesTheHolder() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
-        try await holder.line(timeout: 30) { $0 == "in-transaction" }
-        let container = try SharedContainer(path: directory.path)
-        var configuration = SharedDatabase.Configuration()
-        configuration.busyTimeout = .milliseconds(300)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let (holder, database) = try await openBehindAHolder(path, in: directory, busyTimeout: .milliseconds(300))
         do {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (9, 9)") }
             Issue.record("a write succeeded while another process held the database")
@@ -229,12 +238,7 @@ struct SharedDatabaseTests {
     func suspendWhileQueued() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
-        try await holder.line(timeout: 30) { $0 == "in-transaction" }
-        let container = try SharedContainer(path: directory.path)
-        var configuration = SharedDatabase.Configuration()
-        configuration.busyTimeout = .seconds(60)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let (holder, database) = try await openBehindAHolder(path, in: directory, busyTimeout: .seconds(60))
         let queued = Task {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
         }

@@ -569,47 +569,30 @@ struct LifecycleTests {
     // MARK: Two processes
 
     @Test func roleHandOverBetweenTwoProcessesNeverOverlaps() async throws {
-        let directory = try TemporaryContainer()
-        let server = try LoopbackServer()
-        let common = ["lifecycle", "supervise", "--port", "\(server.port)", "--role", "core", "--keep-alive", "0.05"]
-        let executor = try ChildProcess(common + ["--role-priority", "executor", "--name", "executor"], container: directory.path)
-        try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
-        // The app takes the role: the executor closes its connection, then releases the lease.
-        let app = try ChildProcess(common + ["--role-priority", "main", "--name", "app"], container: directory.path)
-        try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
-        try await Task.sleep(for: .milliseconds(300)) // the executor waits; it must not get in
-        // The app crashes: the kernel frees the role and the executor reconnects at once.
-        app.signal(SIGKILL)
-        _ = try await app.wait()
-        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
-        let app2 = try ChildProcess(common + ["--role-priority", "main", "--name", "app2"], container: directory.path)
-        try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
-        app2.signal(SIGTERM)
-        #expect(try await app2.wait() == 0)
-        try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 3 && $0.last?.isOpen == true }
-        executor.signal(SIGTERM)
-        #expect(try await executor.wait() == 0)
-        let records = try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
-        #expect(records.map(\.name) == ["executor", "app", "executor", "app2", "executor"])
-        #expect(LoopbackServer.neverOverlapped(records), "two processes were connected at once: \(records)")
+        try await handOverScenario(permit: ["--role", "core"],
+                                   executor: ["--role-priority", "executor"], app: ["--role-priority", "main"])
     }
 
     @Test func handOverBetweenTwoProcessesNeverOverlaps() async throws {
+        try await handOverScenario(permit: ["--handover", "core"], executor: ["--priority", "1"], app: ["--priority", "2"])
+    }
+
+    /// An executor holds the connection; an app arrives (the executor closes, then gives the
+    /// permit up), crashes (the executor reconnects at once), a second app arrives and exits
+    /// cleanly. The server must never have seen two connections at once.
+    private func handOverScenario(permit: [String], executor executorFlags: [String], app appFlags: [String]) async throws {
         let directory = try TemporaryContainer()
         let server = try LoopbackServer()
-        let common = ["lifecycle", "supervise", "--port", "\(server.port)", "--handover", "core", "--keep-alive", "0.05"]
-        let executor = try ChildProcess(common + ["--priority", "1", "--name", "executor"], container: directory.path)
+        let common = ["lifecycle", "supervise", "--port", "\(server.port)"] + permit + ["--keep-alive", "0.05"]
+        let executor = try ChildProcess(common + executorFlags + ["--name", "executor"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
-        // The app arrives: the executor closes its connection, then gives the permit up.
-        let app = try ChildProcess(common + ["--priority", "2", "--name", "app"], container: directory.path)
+        let app = try ChildProcess(common + appFlags + ["--name", "app"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
         try await Task.sleep(for: .milliseconds(300)) // the executor keeps asking; it must not get in
-        // The app crashes: the kernel frees the permit and the executor reconnects at once.
         app.signal(SIGKILL)
         _ = try await app.wait()
         try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
-        // And once more with a clean exit of a second app.
-        let app2 = try ChildProcess(common + ["--priority", "2", "--name", "app2"], container: directory.path)
+        let app2 = try ChildProcess(common + appFlags + ["--name", "app2"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
         app2.signal(SIGTERM)
         #expect(try await app2.wait() == 0)
