@@ -67,6 +67,40 @@ struct SignalTests {
         #expect(threadName == "baton-signals")
     }
 
+    @Test("entries of killed processes are reused, and observers beyond the 64 entries still get every post")
+    func entriesAreReusedAndOverflowWorks() async throws {
+        let directory = try TemporaryContainer()
+        // Eight processes take entries, then die without cleaning up.
+        let watchers = try (0..<8).map { _ in
+            try ChildProcess(["signal", "watch", "crowd", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        }
+        for watcher in watchers { try await watcher.line(timeout: 60) { $0 == "ready" } }
+        for watcher in watchers {
+            watcher.signal(SIGKILL)
+            _ = try await watcher.wait()
+        }
+        // 66 observers in this process, each through its own container object (its own table
+        // mapping, so its own entry): 64 entries, the dead processes' ones included, and 2 on
+        // the shared word.
+        let containers = try (0..<66).map { _ in try SharedContainer(path: directory.path) }
+        let observations = try containers.map { try $0.signals.observe("crowd") }
+        let table = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/.baton/signals"))
+        let owners = (0..<64).map { index in
+            table.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 1024 + index * 32, as: Int32.self) }
+        }
+        #expect(owners.allSatisfy { $0 == getpid() })
+        let result = try await runBaton(["signal", "post", "crowd", "--state", "5"], container: directory.path)
+        #expect(result.status == 0)
+        for observation in observations {
+            #expect(try await observation.next(deadline: .after(.seconds(30))).state == 5)
+        }
+        // A post from this process reaches its own observers too (delivered by the poster).
+        try containers[0].signals.post("crowd", state: 6)
+        for observation in observations {
+            #expect(try await observation.next(deadline: .after(.seconds(30))).state == 6)
+        }
+    }
+
     @Test("a corrupt signal table is rebuilt and observers keep working")
     func corruptTableIsRebuilt() async throws {
         let directory = try TemporaryContainer()

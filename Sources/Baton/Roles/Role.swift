@@ -141,7 +141,8 @@ public final class Role: SuspensionParticipant {
                     since: Self.date(entry.sinceWallNanoseconds),
                     stopRequest: stop)
             }
-            let waiters = try core.directory.liveWaiters(removeDead: false).map {
+            var snapshot = record
+            let waiters = try core.directory.liveWaiters(in: &snapshot, removeDead: false, kinds: true).map {
                 RoleStatus.Waiter(priority: $0.priority, kind: $0.kind, pid: $0.pid, since: Self.date($0.sinceWallNanoseconds))
             }
             return RoleStatus(
@@ -192,20 +193,19 @@ public struct RoleStatusChanges: AsyncSequence, Sendable {
                 files = try FileEvents.shared.subscribe(path: core.container.absolutePath(core.directory.path), mask: FileEvents.roleDirectoryEvents)
             }
             guard let observation, let files else { return nil }
+            let observer = observation.observer
             while !Task.isCancelled {
                 let seen = files.events.snapshot()
+                let signalSeen = observer.arrivalCounter.snapshot()
+                // The status read below covers any delivery pending now.
+                do { _ = try observer.take() } catch { return nil }
                 let status = try role.status()
                 if status != last {
                     last = status
                     return status
                 }
                 do {
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask { _ = try await observation.next(deadline: .after(.seconds(1))) }
-                        group.addTask { try await files.events.wait(after: seen, deadline: .after(.seconds(1))) }
-                        defer { group.cancelAll() }
-                        _ = try await group.next()
-                    }
+                    _ = try await EventCounter.waitAny([(observer.arrivalCounter, signalSeen), (files.events, seen)], deadline: .after(.seconds(1)))
                 } catch let error as BatonError where error.code == .timedOut {
                     continue
                 } catch is CancellationError {

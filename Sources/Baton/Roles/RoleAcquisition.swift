@@ -15,8 +15,9 @@ import Synchronization
 /// its waiter file, so lower priorities see it. Between passes it sleeps until the role's signal
 /// rings (releases, stop requests, critical sections, waiters leaving, this process suspending),
 /// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
-/// heartbeat), the grace period ends, or the deadline passes. The waits are one task group of
-/// three children (signal, close events, timer): each child waits without a timer of its own.
+/// heartbeat), the grace period ends, or the deadline passes. The wait is one continuation shared
+/// by the signal's and the close events' counters and one timer (``EventCounter/waitAny``): the
+/// thread that sees the event resumes the acquisition, with no task group in between.
 extension RoleCore {
     private enum Decision {
         case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?)
@@ -40,9 +41,10 @@ extension RoleCore {
         defer {
             let waited = waiterLock.isLocked
             waiterLock.unlock()
-            if postedStop && !granted && !state.withLock({ $0.suspended }) {
+            if (waited || postedStop) && !granted && !state.withLock({ $0.suspended }) {
                 let waiterID = waiterLock.id
                 _ = try? directory.transition { transaction in
+                    transaction.record.waiters.removeAll { $0.id == waiterID }
                     guard transaction.record.stop?.waiterID == waiterID else { return }
                     transaction.record.stop = nil
                     if transaction.record.holder?.state == .stopping { transaction.record.holder?.state = .running }
@@ -130,8 +132,18 @@ extension RoleCore {
                 throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
             }
             let decision = try decide(&transaction, priority: priority, kind: kind, options: options, postedStop: &postedStop)
-            if case .wait = decision, !waiterLock.isLocked {
-                _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
+            if case .wait = decision {
+                if !waiterLock.isLocked {
+                    _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
+                }
+                let id = waiterLock.id
+                if !transaction.record.waiters.contains(where: { $0.id == id }) {
+                    guard transaction.record.waiters.count < RoleRecord.maximumWaiters else {
+                        throw BatonError(.capacityExceeded, "\(RoleRecord.maximumWaiters) processes already wait for role \(name); this one cannot queue behind them. Retry later or use fewer processes")
+                    }
+                    transaction.record.waiters.append(RoleRecord.WaiterSlot(
+                        id: id, pid: getpid(), priority: Int64(priority.value), sinceWallNanoseconds: RoleDirectory.wallNanoseconds()))
+                }
             }
             return decision
         }
@@ -146,7 +158,7 @@ extension RoleCore {
     ) throws -> Decision {
         let now = baton_monotonic_ns()
         let myWaiterID = waiterLock.id
-        let others = try directory.liveWaiters(excluding: myWaiterID, removeDead: true)
+        let others = try directory.liveWaiters(in: &transaction.record, excluding: myWaiterID, removeDead: true)
         if let stop = transaction.record.stop, stop.waiterID != myWaiterID, !others.contains(where: { $0.id == stop.waiterID }) {
             // The requester gave up or died.
             transaction.record.stop = nil
@@ -195,6 +207,7 @@ extension RoleCore {
             criticalSinceMonotonic: 0,
             lockID: holderLock.id)
         transaction.record.stop = nil
+        transaction.record.waiters.removeAll { $0.id == myWaiterID }
         return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
     }
 
@@ -209,16 +222,19 @@ extension RoleCore {
         filesSeen: UInt64,
         deadline: Deadline
     ) async throws -> Wake {
-        // Each source waits without a deadline of its own (a deadline costs every wait a task
-        // group and a timer); one timer child covers the deadline for all of them.
-        try await withThrowingTaskGroup(of: Wake.self) { group in
-            group.addTask { .signal(try await observation.next(deadline: .never)) }
-            group.addTask { try await files.events.wait(after: filesSeen, deadline: .never); return .files }
-            if let instant = deadline.instant {
-                group.addTask { try await Task.sleep(until: instant, clock: .continuous); return .timeout }
+        // One continuation for all the sources: whichever thread sees its event first (the
+        // signal thread, the inotify thread, the timer) resumes the acquisition directly.
+        let observer = observation.observer
+        while true {
+            let signalSeen = observer.arrivalCounter.snapshot()
+            if let delivery = try observer.take() { return .signal(delivery) }
+            do {
+                let index = try await EventCounter.waitAny(
+                    [(observer.arrivalCounter, signalSeen), (files.events, filesSeen)], deadline: deadline)
+                if index == 1 { return .files }
+            } catch let error as BatonError where error.code == .timedOut {
+                return .timeout
             }
-            defer { group.cancelAll() }
-            return try await group.next() ?? .timeout
         }
     }
 }

@@ -72,6 +72,7 @@ final class RoleCore: Sendable {
         self.waiterLock = RoleLockFile(directory: directory, prefix: "waiter")
         try holderLock.prepare()
         try waiterLock.prepare()
+        directory.sweepDeadFiles()
     }
 
     deinit {

@@ -16,7 +16,8 @@ import Synchronization
 ///   instant the holder dies or suspends itself. An overtaken holder still locks its own file,
 ///   which no longer matters: the record names the new holder's file.
 /// - `waiter-<pid>-<id>.lock`: one per process, locked while it waits, with its priority, pid
-///   and kind inside. Files of dead processes are removed by later transitions.
+///   and kind inside; the record lists the waiting ones. Files of dead processes are removed by
+///   later transitions.
 ///
 /// In a process, one instance exists per role (see ``RoleCore``); its mutex makes the arbiter
 /// lock exclusive between the threads of the process too (`flock` alone only excludes other
@@ -62,6 +63,7 @@ final class RoleDirectory: Sendable {
         descriptors.withLock { descriptors in
             Sys.close(descriptors.arbiter)
         }
+        if let check = holderCheck.withLock({ $0 }) { Sys.close(check.fd) }
     }
 
     // MARK: Arbiter
@@ -85,11 +87,9 @@ final class RoleDirectory: Sendable {
                 transaction.record.sequence = original.sequence &+ 1
                 transaction.record.bootHash = BootSession.current
                 transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
-                let bytes = transaction.record.encode()
                 let offset = Int(transaction.record.sequence % 2) * RoleRecord.slotSize
-                bytes.withUnsafeBytes {
-                    descriptors.record.pointer.advanced(by: offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
-                }
+                transaction.record.encode(into: UnsafeMutableRawBufferPointer(
+                    start: descriptors.record.pointer.advanced(by: offset), count: RoleRecord.slotSize))
                 if transaction.durable {
                     try descriptors.record.sync()
                 }
@@ -108,10 +108,17 @@ final class RoleDirectory: Sendable {
     }
 
     private func readRecord(_ record: MappedFile) throws -> RoleRecord {
+        // A record file cut short by someone else would fault the mapping (SIGBUS): extend it
+        // again first (the lost part reads as zeros, and a record without a valid slot is
+        // recovered below).
+        let size = try Sys.fstat(record.fd).get("checking the record of role \(name)").st_size
+        if size < RoleRecord.fileSize {
+            try Sys.ftruncate(record.fd, RoleRecord.fileSize).get("extending the record of role \(name)")
+        }
         let count = min(record.size, RoleRecord.fileSize)
-        let bytes = [UInt8](UnsafeRawBufferPointer(start: record.pointer, count: count))
         do {
-            return try RoleRecord.newest(in: bytes) ?? RoleRecord()
+            // Under the arbiter lock nobody writes the mapping, so it is decoded in place.
+            return try RoleRecord.newest(in: UnsafeRawBufferPointer(start: record.pointer, count: count)) ?? RoleRecord()
         } catch {
             return recoverCorruptRecord()
         }
@@ -140,8 +147,33 @@ final class RoleDirectory: Sendable {
     /// Whether the holder still holds its lock file (it is alive and not suspended). Opens
     /// read-only, so the check itself wakes nobody.
     func isHolderAlive(_ holder: RoleRecord.HolderEntry) throws -> Bool {
-        try isLocked(holderFile(holder))
+        if holder.pid == getpid() { return try isLocked(holderFile(holder)) }
+        return try holderCheck.withLock { cache in
+            if cache?.lockID != holder.lockID || cache?.pid != holder.pid {
+                if let old = cache { Sys.close(old.fd) }
+                cache = nil
+                switch Sys.openat(container.directory, holderFile(holder), O_RDONLY) {
+                case .success(let fd): cache = HolderCheck(pid: holder.pid, lockID: holder.lockID, fd: fd)
+                case .failure(let error) where error.errno == ENOENT: return false
+                case .failure(let error): throw BatonError.system(error, "opening \(holderFile(holder))")
+                }
+            }
+            let fd = cache!.fd
+            guard try Sys.tryFlock(fd, LOCK_SH).get("checking \(holderFile(holder))") else { return true }
+            _ = Sys.flock(fd, LOCK_UN)
+            return false
+        }
     }
+
+    /// The holder file last checked, kept open: while the same process holds the role, each
+    /// check is one `flock`. A file is named by its owner's pid and a random id, and it is only
+    /// deleted once that pid is gone, so the open descriptor always is the file the record names.
+    private struct HolderCheck {
+        var pid: Int32
+        var lockID: UInt64
+        var fd: Int32
+    }
+    private let holderCheck = Mutex<HolderCheck?>(nil)
 
     private func isLocked(_ relativePath: String) throws -> Bool {
         let fd: Int32
@@ -183,49 +215,68 @@ final class RoleDirectory: Sendable {
         var kind: String
     }
 
-    /// The waiters whose files are locked now, highest priority first, excluding `excluding`.
-    /// With `removeDead`, files of dead processes are deleted (only inside a transition).
-    func liveWaiters(excluding: UInt64 = 0, removeDead: Bool) throws -> [WaiterEntry] {
+    /// The waiters of `record` whose files are locked now, highest priority first (oldest first
+    /// within a priority), excluding `excluding`. With `removeDead` (only inside a transition),
+    /// entries whose file is not locked are dropped from `record` and the files of dead processes
+    /// are deleted. With `kinds`, each waiter's kind is read from its file (for the status).
+    ///
+    /// The record lists the waiters, so this costs an `open` and a `flock` per waiting process of
+    /// another process and nothing when nobody else waits: no directory listing.
+    func liveWaiters(in record: inout RoleRecord, excluding: UInt64 = 0, removeDead: Bool, kinds: Bool = false) throws -> [WaiterEntry] {
         var result: [WaiterEntry] = []
-        for file in try fileNames() {
-            guard let (pid, id) = RoleLockFile.parse(file, prefix: "waiter"), id != excluding else { continue }
-            let relative = path + "/" + file
+        var stale: Set<UInt64> = []
+        for waiter in record.waiters where waiter.id != excluding {
+            let relative = RoleLockFile.relativePath(directory: self, prefix: "waiter", pid: waiter.pid, id: waiter.id)
             let fd: Int32
             switch Sys.openat(container.directory, relative, O_RDONLY) {
             case .success(let value): fd = value
-            case .failure(let error) where error.errno == ENOENT: continue
+            case .failure(let error) where error.errno == ENOENT:
+                stale.insert(waiter.id)
+                continue
             case .failure(let error): throw BatonError.system(error, "opening \(relative)")
             }
             defer { Sys.close(fd) }
             if try Sys.tryFlock(fd, LOCK_SH).get("checking \(relative)") {
-                if removeDead, Self.isDead(pid) { removeFile(relative) }
+                stale.insert(waiter.id)
+                if removeDead, Self.isDead(waiter.pid) { removeFile(relative) }
                 continue
             }
-            var buffer = [UInt8](repeating: 0, count: 512)
-            let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relative)") }
-            let text = String(decoding: buffer[0..<count], as: UTF8.self).prefix { $0 != "\n" }
-            let fields = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
-            guard fields.count == 4, let priority = Int(fields[0]), let since = Int64(fields[2]) else { continue }
-            result.append(WaiterEntry(id: id, priority: RolePriority(priority), pid: pid, sinceWallNanoseconds: since, kind: String(fields[3])))
+            var kind = ""
+            if kinds {
+                var buffer = [UInt8](repeating: 0, count: RoleLockFile.contentSize)
+                let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relative)") }
+                let text = String(decoding: buffer[0..<count], as: UTF8.self).prefix { $0 != "\n" }
+                let fields = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+                if fields.count == 4 { kind = String(fields[3]) }
+            }
+            result.append(WaiterEntry(
+                id: waiter.id, priority: RolePriority(Int(waiter.priority)), pid: waiter.pid,
+                sinceWallNanoseconds: waiter.sinceWallNanoseconds, kind: kind))
         }
-        return result.sorted { ($0.priority, -$0.sinceWallNanoseconds) > ($1.priority, -$1.sinceWallNanoseconds) }
+        if removeDead, !stale.isEmpty { record.waiters.removeAll { stale.contains($0.id) } }
+        if result.count > 1 {
+            result.sort { ($0.priority, -$0.sinceWallNanoseconds) > ($1.priority, -$1.sinceWallNanoseconds) }
+        }
+        return result
     }
 
-    private func fileNames() throws -> [String] {
-        let fd = try container.openFile(path, flags: O_RDONLY | O_DIRECTORY)
+    /// Deletes the lock files of processes that are gone (a process that crashed while it neither
+    /// held nor waited leaves its files behind): called when a process opens the role.
+    func sweepDeadFiles() {
+        guard let fd = try? container.openFile(path, flags: O_RDONLY | O_DIRECTORY) else { return }
         guard let stream = fdopendir(fd) else {
             Sys.close(fd)
-            throw BatonError.system(SystemCallError(call: "fdopendir", errno: errno), "listing role \(name)")
+            return
         }
         defer { closedir(stream) }
-        var names: [String] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
             }
-            names.append(name)
+            guard let (pid, _) = RoleLockFile.parse(name, prefix: "waiter") ?? RoleLockFile.parse(name, prefix: "holder"),
+                  Self.isDead(pid), (try? isLocked(path + "/" + name)) == false else { continue }
+            removeFile(path + "/" + name)
         }
-        return names
     }
 
     static func wallNanoseconds() -> Int64 {

@@ -6,10 +6,17 @@ import CBatonShims
 /// Layout of a slot (little-endian): magic, version, sequence, last epoch, reserved epoch, boot
 /// hash, heartbeat; holder epoch (0: none), priority, pid, state, kind length, since, critical
 /// since; stop request (requester's waiter id, 0: none), priority, pid, requested (monotonic and
-/// wall), grace, critical bound; holder kind (64 bytes at 144); holder lock id (at 208);
-/// CRC-32C of the first 252 bytes (at 252).
+/// wall), grace, critical bound; holder kind (64 bytes at 144); holder lock id (at 208); waiter
+/// count (at 216); the waiters from 256, 32 bytes each (waiter file id, pid, priority, since);
+/// CRC-32C of the rest of the slot in its last 4 bytes.
 ///
-/// The file has two 256-byte slots written alternately, each with a sequence number and a
+/// The waiters are listed here so that a transition finds them without listing the directory:
+/// each entry names a `waiter-<pid>-<id>.lock` file that its process keeps locked while it waits,
+/// and an entry whose file is not locked (the process died, gave up or suspended itself) is
+/// dropped by the next transition. Version 1 records (256-byte slots, no waiter list) are read
+/// and rewritten as version 2.
+///
+/// The file has two slots written alternately, each with a sequence number and a
 /// CRC-32C, so a write torn by a crash leaves the previous slot intact. Every change happens
 /// under the role's arbiter lock. The epoch counter is made durable in blocks: before an epoch
 /// beyond ``reservedEpoch`` is granted, the reservation moves ahead and the file is synced; after
@@ -56,8 +63,23 @@ struct RoleRecord: Sendable, Equatable {
     var heartbeatWallNanoseconds: Int64 = 0
     var holder: HolderEntry?
     var stop: StopEntry?
+    /// Processes waiting for the role, in no particular order (see ``RoleDirectory/liveWaiters``).
+    var waiters: [WaiterSlot] = []
 
-    static let slotSize = 256
+    /// A process waiting for the role: the id of its waiter file, and what it waits at.
+    struct WaiterSlot: Sendable, Equatable {
+        var id: UInt64
+        var pid: Int32
+        var priority: Int64
+        var sinceWallNanoseconds: Int64
+    }
+
+    static let slotSize = 2560
+    static let waiterOffset = 256
+    static let waiterSize = 32
+    /// How many processes may wait for one role at once.
+    static let maximumWaiters = (slotSize - 4 - waiterOffset) / waiterSize
+    static let version1SlotSize = 256
     static let fileSize = 2 * slotSize
     static let magic: UInt32 = 0x424C_5231 // "BLR1"
     static let maximumKindBytes = 64
@@ -66,15 +88,22 @@ struct RoleRecord: Sendable, Equatable {
 
     // MARK: Encoding
 
+    /// Encodes the record as a version 2 slot.
     func encode() -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: Self.slotSize)
+        bytes.withUnsafeMutableBytes { encode(into: $0) }
+        return bytes
+    }
+
+    /// Encodes the record as a version 2 slot into `bytes` (``slotSize`` bytes).
+    func encode(into bytes: UnsafeMutableRawBufferPointer) {
+        precondition(bytes.count == Self.slotSize)
+        bytes.initializeMemory(as: UInt8.self, repeating: 0)
         func put<T: FixedWidthInteger>(_ value: T, at offset: Int) {
-            withUnsafeBytes(of: value.littleEndian) { raw in
-                for (index, byte) in raw.enumerated() { bytes[offset + index] = byte }
-            }
+            bytes.storeBytes(of: value.littleEndian, toByteOffset: offset, as: T.self)
         }
         put(Self.magic, at: 0)
-        put(UInt32(1), at: 4)
+        put(UInt32(2), at: 4)
         put(sequence, at: 8)
         put(lastEpoch, at: 16)
         put(reservedEpoch, at: 24)
@@ -101,25 +130,31 @@ struct RoleRecord: Sendable, Equatable {
             put(stop.graceNanoseconds, at: 128)
             put(stop.maximumCriticalNanoseconds, at: 136)
         }
-        let crc = bytes.withUnsafeBytes { Checksum.crc32c(UnsafeRawBufferPointer(rebasing: $0[0..<(Self.slotSize - 4)])) }
+        let waiters = self.waiters.prefix(Self.maximumWaiters)
+        put(UInt32(waiters.count), at: 216)
+        for (index, waiter) in waiters.enumerated() {
+            let offset = Self.waiterOffset + index * Self.waiterSize
+            put(waiter.id, at: offset)
+            put(waiter.pid, at: offset + 8)
+            put(waiter.priority, at: offset + 16)
+            put(waiter.sinceWallNanoseconds, at: offset + 24)
+        }
+        let crc = Checksum.crc32c(UnsafeRawBufferPointer(rebasing: bytes[0..<(Self.slotSize - 4)]))
         put(crc, at: Self.slotSize - 4)
-        return bytes
     }
 
-    /// Decodes one slot; `nil` when it is empty, torn or not a record.
-    static func decode(_ slot: ArraySlice<UInt8>) -> RoleRecord? {
-        guard slot.count == slotSize else { return nil }
-        let bytes = Array(slot)
+    /// Decodes one slot (2,560 bytes for version 2, 256 for version 1); `nil` when it is empty,
+    /// torn or not a record.
+    static func decode(_ bytes: UnsafeRawBufferPointer) -> RoleRecord? {
+        let size = bytes.count
+        let version: UInt32 = size == slotSize ? 2 : 1
+        guard size == slotSize || size == version1SlotSize else { return nil }
         func get<T: FixedWidthInteger>(_ type: T.Type, at offset: Int) -> T {
-            var value = T.zero
-            withUnsafeMutableBytes(of: &value) { raw in
-                for index in 0..<MemoryLayout<T>.size { raw[index] = bytes[offset + index] }
-            }
-            return T(littleEndian: value)
+            T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
         }
-        guard get(UInt32.self, at: 0) == magic, get(UInt32.self, at: 4) == 1 else { return nil }
-        let crc = bytes.withUnsafeBytes { Checksum.crc32c(UnsafeRawBufferPointer(rebasing: $0[0..<(slotSize - 4)])) }
-        guard crc == get(UInt32.self, at: slotSize - 4) else { return nil }
+        guard get(UInt32.self, at: 0) == magic, get(UInt32.self, at: 4) == version else { return nil }
+        let crc = Checksum.crc32c(UnsafeRawBufferPointer(rebasing: bytes[0..<(size - 4)]))
+        guard crc == get(UInt32.self, at: size - 4) else { return nil }
         var record = RoleRecord()
         record.sequence = get(UInt64.self, at: 8)
         record.lastEpoch = get(UInt64.self, at: 16)
@@ -134,7 +169,7 @@ struct RoleRecord: Sendable, Equatable {
                 priority: get(Int64.self, at: 56),
                 pid: get(Int32.self, at: 64),
                 state: state(bytes[68]),
-                kind: String(decoding: bytes[144..<(144 + kindCount)], as: UTF8.self),
+                kind: String(decoding: UnsafeRawBufferPointer(rebasing: bytes[144..<(144 + kindCount)]), as: UTF8.self),
                 sinceWallNanoseconds: get(Int64.self, at: 72),
                 criticalSinceMonotonic: get(UInt64.self, at: 80),
                 lockID: get(UInt64.self, at: 208))
@@ -150,7 +185,24 @@ struct RoleRecord: Sendable, Equatable {
                 graceNanoseconds: get(UInt64.self, at: 128),
                 maximumCriticalNanoseconds: get(UInt64.self, at: 136))
         }
+        if version == 2 {
+            let count = min(Int(get(UInt32.self, at: 216)), maximumWaiters)
+            record.waiters.reserveCapacity(count)
+            for index in 0..<count {
+                let offset = waiterOffset + index * waiterSize
+                record.waiters.append(WaiterSlot(
+                    id: get(UInt64.self, at: offset),
+                    pid: get(Int32.self, at: offset + 8),
+                    priority: get(Int64.self, at: offset + 16),
+                    sinceWallNanoseconds: get(Int64.self, at: offset + 24)))
+            }
+        }
         return record
+    }
+
+    /// Decodes one slot held in an array (tests).
+    static func decode(_ slot: ArraySlice<UInt8>) -> RoleRecord? {
+        slot.withUnsafeBytes { decode($0) }
     }
 
     private static func stateCode(_ state: RoleStatus.State) -> UInt8 {
@@ -169,20 +221,21 @@ struct RoleRecord: Sendable, Equatable {
         }
     }
 
-    /// The newest valid slot of a whole file. `nil` for an empty (new) file.
+    /// The newest valid slot of a whole file (version 2, or else version 1 from an older Baton).
+    /// `nil` for an empty (new) file.
     /// - Throws: `corrupt` when the file has content but no valid slot.
-    static func newest(in file: [UInt8]) throws -> RoleRecord? {
-        if file.allSatisfy({ $0 == 0 }) { return nil }
-        var best: RoleRecord?
-        for index in 0..<2 where file.count >= (index + 1) * slotSize {
-            if let record = decode(file[(index * slotSize)..<((index + 1) * slotSize)]),
-               record.sequence > (best?.sequence ?? 0) || best == nil {
-                best = record
+    static func newest(in file: UnsafeRawBufferPointer) throws -> RoleRecord? {
+        for size in [slotSize, version1SlotSize] {
+            var best: RoleRecord?
+            for index in 0..<2 where file.count >= (index + 1) * size {
+                if let record = decode(UnsafeRawBufferPointer(rebasing: file[(index * size)..<((index + 1) * size)])),
+                   record.sequence > (best?.sequence ?? 0) || best == nil {
+                    best = record
+                }
             }
+            if let best { return best }
         }
-        guard let best else {
-            throw BatonError(.corrupt, "the role record failed its checksum in both slots")
-        }
-        return best
+        if file.allSatisfy({ $0 == 0 }) { return nil }
+        throw BatonError(.corrupt, "the role record failed its checksum in both slots")
     }
 }

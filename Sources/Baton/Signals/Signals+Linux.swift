@@ -10,13 +10,22 @@ import Synchronization
 /// header (4096 bytes)
 ///   0  magic "BATNSIG1"     8  version      12 slot count   16 slot size
 ///   20 CRC-32C of bytes 0..<20              24 retired (1 once replaced by a rebuilt table)
-///   64 sequence  (futex word, bumped by every post that someone observes)
+///   64 sequence  (futex word of the processes that found no entry below)
 ///   128 waiters  (processes whose signal thread may be asleep on `sequence`)
+///   1024 process entries (64 x 32 bytes), one per observing process:
+///        0 pid   4 doorbell (futex word)   8 sleeping (1 while its thread may sleep)
+///        16 interest (bit `slot % 64` set for each slot the process observes)
 /// slots (256 bytes each), open addressing by name hash, never removed
 ///   0 status (0 empty, 1 ready)   4 name length   8 name hash (FNV-1a 64)
 ///   16 counter   24 state   32 observers (processes observing this name)
 ///   36 CRC-32C of name length, hash and name   40 name (128 bytes)
 /// ```
+/// A post wakes only the processes that observe a name in the same interest bit, on their own
+/// doorbell, and never the posting process's thread: the poster delivers to its own observers
+/// itself. A process owns its entry through an OFD lock on the entry's first byte, which the
+/// kernel drops when the process dies, so a crashed process's entry is reused and no pid check is
+/// needed. When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
+///
 /// The table holds nothing durable: when it fails its checks it is rebuilt (a new file renamed
 /// over the old one; the old one is marked retired so every process moves to the new one, and
 /// every observer gets one delivery because posts may have been missed).
@@ -25,11 +34,14 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     // other processes and only touched through atomics (CBatonShims) or under `signals.lock`.
 
     static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
-    static let version: UInt32 = 1
+    static let version: UInt32 = 2
     static let headerSize = 4096
     static let slotSize = 256
     static let slotCount = 4096
     static let fileSize = headerSize + slotSize * slotCount
+    static let entryOffset = 1024
+    static let entrySize = 32
+    static let entryCount = 64
     static let fileName = "signals"
     static let lockName = "signals.lock"
 
@@ -47,6 +59,10 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         var observers: [UInt64: Observed] = [:]
         var nextID: UInt64 = 0
         var countedAsWaiter = false
+        /// This process's entry in the table, once it observes anything.
+        var entry: Int?
+        /// Observers of this process per interest bit.
+        var bitCounts = [Int](repeating: 0, count: FutexSignalTable.entryCount)
     }
 
     private let state: Mutex<State>
@@ -99,11 +115,22 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         if let current = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
            current.size >= headerSize {
             baton_store32(word(current, 24), 1)
-            baton_add32(word(current, 64), 1)
-            _ = baton_futex_wake_all(word(current, 64))
+            wakeEveryone(current)
         }
         try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
         return fresh
+    }
+
+    /// Rings the shared word and every process's doorbell (a retired table: everyone moves on).
+    private static func wakeEveryone(_ map: MappedFile) {
+        baton_add32(word(map, 64), 1)
+        _ = baton_futex_wake_all(word(map, 64))
+        guard map.size >= entryOffset + entryCount * entrySize else { return }
+        for index in 0..<entryCount {
+            let doorbell = word(map, entryOffset + index * entrySize + 4)
+            baton_add32(doorbell, 1)
+            _ = baton_futex_wake_all(doorbell)
+        }
     }
 
     private static func sameFile(_ a: MappedFile, _ b: MappedFile) -> Bool {
@@ -136,8 +163,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         if !Self.sameFile(old, fresh) {
             // Retire the old mapping so other processes move on, and wake their threads.
             baton_store32(Self.word(old, 24), 1)
-            baton_add32(Self.word(old, 64), 1)
-            _ = baton_futex_wake_all(Self.word(old, 64))
+            Self.wakeEveryone(old)
         }
         try moveToTable(&state, fresh)
     }
@@ -148,16 +174,47 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         if wasWaiter { baton_sub32(Self.word(state.map, 128), 1) }
         state.map = fresh
         state.slotCache.removeAll()
+        state.entry = nil
+        state.bitCounts = [Int](repeating: 0, count: Self.entryCount)
         if wasWaiter { baton_add32(Self.word(fresh, 128), 1) }
+        if !state.observers.isEmpty { claimEntry(&state) }
+        var interest: UInt64 = 0
         for (id, var observed) in state.observers {
             guard let observer = observed.observer else { state.observers[id] = nil; continue }
             let slot = try findOrCreateSlot(&state, observer.name)
+            state.bitCounts[slot % Self.entryCount] += 1
+            interest |= UInt64(1) << UInt64(slot % Self.entryCount)
+            if let entry = state.entry { baton_or64(entryInterest(state.map, entry), interest) }
             baton_add32(slotWord(state.map, slot, 32), 1)
             observed.slot = slot
             observed.lastSeen = baton_load64(slotCounter(state.map, slot))
             state.observers[id] = observed
             observer.deliver(state: baton_load64(slotState(state.map, slot)))
         }
+    }
+
+    // MARK: Process entries
+
+    /// Takes a free entry for this process (one whose OFD lock nobody holds: free, or left by a
+    /// dead process), resetting it. Without one, the thread sleeps on the shared word.
+    private func claimEntry(_ state: inout State) {
+        guard state.entry == nil, state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize else { return }
+        for index in 0..<Self.entryCount {
+            let offset = Int64(Self.entryOffset + index * Self.entrySize)
+            guard baton_ofd_setlk(state.map.fd, offset, 1, Int16(F_WRLCK)) == 0 else { continue }
+            baton_store64(entryInterest(state.map, index), 0)
+            baton_store32(entryWord(state.map, index, 8), 0)
+            baton_store32(entryWord(state.map, index, 0), UInt32(bitPattern: getpid()))
+            state.entry = index
+            return
+        }
+    }
+
+    private func entryWord(_ map: MappedFile, _ index: Int, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
+        Self.word(map, Self.entryOffset + index * Self.entrySize + offset)
+    }
+    private func entryInterest(_ map: MappedFile, _ index: Int) -> UnsafeMutablePointer<UInt64> {
+        map.pointer.advanced(by: Self.entryOffset + index * Self.entrySize + 16).assumingMemoryBound(to: UInt64.self)
     }
 
     // MARK: Memory access
@@ -265,17 +322,36 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     // MARK: SignalBackend
 
     func post(_ name: String, state value: UInt64?) throws {
-        let (sequence, wake) = try state.withLock { state throws -> (UnsafeMutablePointer<UInt32>?, Bool) in
+        let (map, doorbells, here) = try state.withLock { state throws -> (MappedFile?, [UnsafeMutablePointer<UInt32>], Bool) in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, name)
             if let value { baton_store64(slotState(state.map, slot), value) }
             baton_add64(slotCounter(state.map, slot), 1)
-            guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, false) }
+            guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, [], false) }
+            // Ring the doorbell of every other process interested in the slot's bit (counter
+            // first, then the interest: an observer registering now sets its interest, then
+            // reads the counter, so one of the two sees the other); wake those that may sleep.
+            var doorbells: [UnsafeMutablePointer<UInt32>] = []
+            let bit = UInt64(1) << UInt64(slot % Self.entryCount)
+            if state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize {
+                for index in 0..<Self.entryCount where index != state.entry {
+                    guard baton_load64(entryInterest(state.map, index)) & bit != 0,
+                          baton_load32(entryWord(state.map, index, 0)) != 0 else { continue }
+                    let doorbell = entryWord(state.map, index, 4)
+                    baton_add32(doorbell, 1)
+                    if baton_load32(entryWord(state.map, index, 8)) != 0 { doorbells.append(doorbell) }
+                }
+            }
             let sequence = Self.word(state.map, 64)
             baton_add32(sequence, 1)
-            return (sequence, baton_load32(Self.word(state.map, 128)) > 0)
+            if baton_load32(Self.word(state.map, 128)) > 0 { doorbells.append(sequence) }
+            return (state.map, doorbells, state.bitCounts[slot % Self.entryCount] > 0)
         }
-        if let sequence, wake { _ = baton_futex_wake_all(sequence) }
+        withExtendedLifetime(map) {
+            for doorbell in doorbells { _ = baton_futex_wake_all(doorbell) }
+        }
+        // This process's own observers: delivered here rather than by waking its thread.
+        if here { scan() }
     }
 
     func state(of name: String) throws -> UInt64 {
@@ -290,6 +366,12 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         let id = try state.withLock { state throws -> UInt64 in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, observer.name)
+            claimEntry(&state)
+            let bit = slot % Self.entryCount
+            state.bitCounts[bit] += 1
+            if let entry = state.entry, state.bitCounts[bit] == 1 {
+                baton_or64(entryInterest(state.map, entry), UInt64(1) << UInt64(bit))
+            }
             // Count as an observer of the slot first, then read the baseline: a post that
             // misses the observer count is already in the baseline.
             baton_add32(slotWord(state.map, slot, 32), 1)
@@ -312,6 +394,15 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         state.withLock { state in
             guard let observed = state.observers.removeValue(forKey: id) else { return }
             baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+            dropInterest(&state, slot: observed.slot)
+        }
+    }
+
+    private func dropInterest(_ state: inout State, slot: Int) {
+        let bit = slot % Self.entryCount
+        state.bitCounts[bit] = max(state.bitCounts[bit] - 1, 0)
+        if state.bitCounts[bit] == 0, let entry = state.entry {
+            baton_and64(entryInterest(state.map, entry), ~(UInt64(1) << UInt64(bit)))
         }
     }
 
@@ -335,29 +426,34 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         while true {
             let localSeen = baton_load32(localWord)
             if runJobs(on: executor) { continue }
-            let (sequenceWord, seen, idle) = state.withLock { state -> (UnsafeMutablePointer<UInt32>, UInt32, Bool) in
+            let plan = state.withLock { state -> (map: MappedFile, doorbell: UnsafeMutablePointer<UInt32>, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
                 try? followRetirement(&state)
                 let idle = state.observers.isEmpty
-                if idle && state.countedAsWaiter {
-                    baton_sub32(Self.word(state.map, 128), 1)
-                    state.countedAsWaiter = false
-                } else if !idle && !state.countedAsWaiter {
-                    baton_add32(Self.word(state.map, 128), 1)
-                    state.countedAsWaiter = true
+                let overflow = !idle && state.entry == nil
+                if overflow != state.countedAsWaiter {
+                    if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
+                    state.countedAsWaiter = overflow
                 }
-                let sequence = Self.word(state.map, 64)
-                return (sequence, baton_load32(sequence), idle)
+                let doorbell = state.entry.map { entryWord(state.map, $0, 4) } ?? Self.word(state.map, 64)
+                let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
+                return (state.map, doorbell, sleeping, baton_load32(doorbell), idle)
             }
-            if idle {
+            if plan.idle {
                 _ = baton_futex_wait(localWord, localSeen, -1)
                 continue
             }
-            scan()
-            if runJobs(on: executor) { continue }
-            if canWaitOnBoth {
-                _ = baton_futex_wait_either(sequenceWord, seen, localWord, localSeen)
-            } else {
-                _ = baton_futex_wait(sequenceWord, seen, -1)
+            withExtendedLifetime(plan.map) {
+                // Say "may sleep" before the last scan: a poster that misses the flag changed
+                // the doorbell after `seen` was read, so the futex wait returns at once.
+                if let sleeping = plan.sleeping { baton_store32(sleeping, 1) }
+                defer { if let sleeping = plan.sleeping { baton_store32(sleeping, 0) } }
+                scan()
+                if runJobs(on: executor) { return }
+                if canWaitOnBoth {
+                    _ = baton_futex_wait_either(plan.doorbell, plan.seen, localWord, localSeen)
+                } else {
+                    _ = baton_futex_wait(plan.doorbell, plan.seen, -1)
+                }
             }
         }
     }
@@ -392,6 +488,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             for (id, var observed) in state.observers {
                 guard let observer = observed.observer else {
                     baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+                    dropInterest(&state, slot: observed.slot)
                     state.observers[id] = nil
                     continue
                 }

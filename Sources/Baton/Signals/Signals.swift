@@ -169,15 +169,26 @@ final class SignalObserver: Sendable {
         arrivals.notify()
     }
 
+    /// Moves with each delivery and when the observer finishes: for waits on several sources
+    /// (snapshot it, then ``take()``, then wait).
+    var arrivalCounter: EventCounter { arrivals }
+
+    /// The delivery not taken yet, if any.
+    /// - Throws: `CancellationError` once the observation was cancelled.
+    func take() throws -> SignalDelivery? {
+        let taken = state.withLock { state -> (SignalDelivery?, Bool) in
+            defer { state.pending = nil }
+            return (state.pending, state.finished)
+        }
+        if let delivery = taken.0 { return delivery }
+        if taken.1 { throw CancellationError() }
+        return nil
+    }
+
     func next(deadline: Deadline) async throws -> SignalDelivery {
         while true {
             let seen = arrivals.snapshot()
-            let taken = state.withLock { state -> (SignalDelivery?, Bool) in
-                defer { state.pending = nil }
-                return (state.pending, state.finished)
-            }
-            if let delivery = taken.0 { return delivery }
-            if taken.1 { throw CancellationError() }
+            if let delivery = try take() { return delivery }
             try await arrivals.wait(after: seen, deadline: deadline)
         }
     }

@@ -6,14 +6,32 @@ import Synchronization
 ///
 /// Take a ``snapshot()`` *before* checking the condition you wait for, then wait
 /// `after:` that snapshot: a notification that lands in between is never lost.
+///
+/// ``waitAny(_:deadline:)`` waits on several counters with one continuation: no task group, no
+/// child task per source, so the thread that notifies resumes the waiter directly.
 package final class EventCounter: Sendable {
     private struct State {
         var count: UInt64 = 0
-        var nextID: UInt64 = 0
-        var waiters: [UInt64: (seen: UInt64, continuation: CheckedContinuation<Void, any Error>)] = [:]
+        var waiters: [UInt64: (seen: UInt64, wake: Wake)] = [:]
+    }
+
+    /// What a registered waiter resumes: its own continuation, or one source of a shared wait.
+    private enum Wake {
+        case single(CheckedContinuation<Void, any Error>)
+        case shared(SharedWait, index: Int)
+
+        func resume() {
+            switch self {
+            case .single(let continuation): continuation.resume()
+            case .shared(let wait, let index): wait.finish(.success(index))
+            }
+        }
     }
 
     private let state = Mutex(State())
+    /// Waiter ids, unique across every counter of the process (a shared wait registers one id
+    /// with each of its counters).
+    private static let nextID = Atomic<UInt64>(0)
 
     package init() {}
 
@@ -22,13 +40,14 @@ package final class EventCounter: Sendable {
 
     /// Bumps the count and wakes every waiter.
     package func notify() {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+        let ready = state.withLock { state -> [Wake] in
             state.count &+= 1
-            let resumed = state.waiters.values.map(\.continuation)
+            if state.waiters.isEmpty { return [] }
+            let resumed = state.waiters.values.map(\.wake)
             state.waiters.removeAll(keepingCapacity: true)
             return resumed
         }
-        for continuation in ready { continuation.resume() }
+        for wake in ready { wake.resume() }
     }
 
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
@@ -36,20 +55,22 @@ package final class EventCounter: Sendable {
     package func wait(after seen: UInt64, deadline: Deadline) async throws {
         if let instant = deadline.instant, ContinuousClock.now >= instant {
             if snapshot() != seen { return }
-            throw BatonError(.timedOut, "the deadline passed before the awaited event")
+            throw Self.timedOut
         }
         try await waitForNotification(after: seen, deadline: deadline.instant)
     }
 
+    private static var timedOut: BatonError { BatonError(.timedOut, "the deadline passed before the awaited event") }
+
+    private func removeWaiter(_ id: UInt64) -> Wake? {
+        state.withLock { $0.waiters.removeValue(forKey: id)?.wake }
+    }
+
     private func waitForNotification(after seen: UInt64, deadline: ContinuousClock.Instant?) async throws {
-        let id = state.withLock { state -> UInt64 in
-            state.nextID &+= 1
-            return state.nextID
-        }
+        let id = Self.nextID.add(1, ordering: .relaxed).newValue
         let timer = deadline.map { instant in
             DeadlineTimer.shared.schedule(at: instant) { [self] in
-                let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
-                continuation?.resume(throwing: BatonError(.timedOut, "the deadline passed before the awaited event"))
+                if case .single(let continuation)? = removeWaiter(id) { continuation.resume(throwing: Self.timedOut) }
             }
         }
         defer { if let timer { DeadlineTimer.shared.cancel(timer) } }
@@ -58,10 +79,8 @@ package final class EventCounter: Sendable {
                 let resumeNow = state.withLock { state -> (any Error)?? in
                     if Task.isCancelled { return .some(CancellationError()) }
                     if state.count != seen { return .some(nil) }
-                    if let deadline, ContinuousClock.now >= deadline {
-                        return .some(BatonError(.timedOut, "the deadline passed before the awaited event"))
-                    }
-                    state.waiters[id] = (seen, continuation)
+                    if let deadline, ContinuousClock.now >= deadline { return .some(Self.timedOut) }
+                    state.waiters[id] = (seen, .single(continuation))
                     return .none
                 }
                 switch resumeNow {
@@ -71,8 +90,89 @@ package final class EventCounter: Sendable {
                 }
             }
         } onCancel: {
-            let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
-            continuation?.resume(throwing: CancellationError())
+            if case .single(let continuation)? = removeWaiter(id) { continuation.resume(throwing: CancellationError()) }
+        }
+    }
+
+    // MARK: Waiting on several counters
+
+    /// One continuation shared by the counters of a ``waitAny(_:deadline:)``: the first source
+    /// to move, the deadline or cancellation finishes it; the others find it finished.
+    private final class SharedWait: Sendable {
+        private enum Phase {
+            case waiting(CheckedContinuation<Int, any Error>?)
+            case finished(Result<Int, any Error>)
+            case resumed
+        }
+        private let phase = Mutex(Phase.waiting(nil))
+
+        /// Installs the continuation; resumes it at once if the wait already finished.
+        func install(_ continuation: CheckedContinuation<Int, any Error>) {
+            let early = phase.withLock { phase -> Result<Int, any Error>? in
+                if case .finished(let result) = phase {
+                    phase = .resumed
+                    return result
+                }
+                phase = .waiting(continuation)
+                return nil
+            }
+            if let early { continuation.resume(with: early) }
+        }
+
+        func finish(_ result: Result<Int, any Error>) {
+            let continuation = phase.withLock { phase -> CheckedContinuation<Int, any Error>? in
+                guard case .waiting(let continuation) = phase else { return nil }
+                if let continuation {
+                    phase = .resumed
+                    return continuation
+                }
+                phase = .finished(result)
+                return nil
+            }
+            continuation?.resume(with: result)
+        }
+    }
+
+    /// Waits until one of `sources` moves past the count its caller saw.
+    /// - Parameters:
+    ///   - sources: Counters with the snapshot taken before checking the awaited condition.
+    ///   - deadline: When to give up.
+    /// - Returns: The index in `sources` of a counter that moved (the first one checked when
+    ///   several did).
+    /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
+    package static func waitAny(_ sources: [(counter: EventCounter, seen: UInt64)], deadline: Deadline) async throws -> Int {
+        for (index, source) in sources.enumerated() where source.counter.snapshot() != source.seen { return index }
+        if let instant = deadline.instant, ContinuousClock.now >= instant { throw timedOut }
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        let wait = SharedWait()
+        let timer = deadline.instant.map { instant in
+            DeadlineTimer.shared.schedule(at: instant) { wait.finish(.failure(timedOut)) }
+        }
+        defer {
+            if let timer { DeadlineTimer.shared.cancel(timer) }
+            for source in sources { _ = source.counter.removeWaiter(id) }
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int, any Error>) in
+                wait.install(continuation)
+                if Task.isCancelled {
+                    wait.finish(.failure(CancellationError()))
+                    return
+                }
+                for (index, source) in sources.enumerated() {
+                    let moved = source.counter.state.withLock { state -> Bool in
+                        if state.count != source.seen { return true }
+                        state.waiters[id] = (source.seen, .shared(wait, index: index))
+                        return false
+                    }
+                    if moved {
+                        wait.finish(.success(index))
+                        return
+                    }
+                }
+            }
+        } onCancel: {
+            wait.finish(.failure(CancellationError()))
         }
     }
 }

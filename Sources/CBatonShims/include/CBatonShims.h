@@ -121,6 +121,8 @@ static inline uint64_t baton_add64(uint64_t *p, uint64_t v) { return __atomic_fe
 static inline int baton_cas64(uint64_t *p, uint64_t expected, uint64_t desired) {
     return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+static inline uint64_t baton_or64(uint64_t *p, uint64_t v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+static inline uint64_t baton_and64(uint64_t *p, uint64_t v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
 static inline void baton_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 /// Monotonic nanoseconds (CLOCK_MONOTONIC), comparable across processes on one machine.
