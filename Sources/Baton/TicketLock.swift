@@ -16,10 +16,23 @@ import CBatonShims
 ///   128 serving   (u32) the ticket whose turn it is
 ///   256 sequence  (u64) bumped by the user of the lock (the shared database counts commits)
 ///   264 last pid  (u64) the process that bumped it last
+///   320 hold      (u64) ticket << 32 | 1 while its holder works, | 2 while it keeps the turn idle
+///   328 granted   (u64) monotonic ns when the ticket being served got its turn
+///   336 activity  (u64) monotonic ns when its holder last went idle
 /// slots (64 bytes each, ticket % slotCount)
 ///   0 owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned
 ///   8 wake  (u32) futex word of the ticket's waiter
 /// ```
+///
+/// Keeping the turn: a holder that will likely use the lock again soon (the shared database after
+/// a commit) may ``keep(_:)`` its ticket instead of releasing it and ``resume(_:)`` it later with
+/// one atomic compare-and-swap: with several writers, the lock changes hands once per
+/// ``quantum`` instead of once per commit, so their total throughput stays that of one writer
+/// instead of paying a cross-process wake-up per commit. A kept turn is revocable: while nobody
+/// waits it lasts; once someone waits, the holder gives it up at the end of the first use after
+/// its quantum (``shouldYield(_:)``), and the first waiter takes it over by itself (one
+/// compare-and-swap) when the holder has been idle for ``idleLimit`` or its quantum is over, so a
+/// holder that stopped writing, or was stopped (SIGSTOP), delays the queue by at most that.
 ///
 /// Crash safety: a ticket's owner is recorded with its pid. A waiter that has slept for
 /// ``livenessInterval`` checks the process whose turn it is; a dead process's ticket (or one never
@@ -37,6 +50,13 @@ public final class TicketLock: Sendable {
     public static let slotCount = 256
     static let fileSize = headerSize + slotSize * slotCount
     static let nextOffset = 64, servingOffset = 128, sequenceOffset = 256, lastPIDOffset = 264
+    static let holdOffset = 320, grantedOffset = 328, activityOffset = 336
+    static let holdActive: UInt64 = 1, holdKept: UInt64 = 2
+
+    /// How long a kept turn lasts once others wait.
+    public static let quantum: Duration = .milliseconds(4)
+    /// How long a kept turn may stay idle once others wait.
+    public static let idleLimit: Duration = .microseconds(200)
 
     /// How long a waiter sleeps before it checks that the process whose turn it is still lives.
     public static let livenessInterval: Duration = .milliseconds(100)
@@ -116,7 +136,7 @@ public final class TicketLock: Sendable {
         while true {
             let seen = baton_load32(wakeWord(number))
             let current = baton_load32(serving)
-            if current == number { return Ticket(number: number) }
+            if current == number { return begin(number) }
             if Int32(bitPattern: current &- number) > 0 {
                 // Our ticket was skipped (we looked dead: stopped for a whole liveness interval
                 // before claiming it). Queue again.
@@ -137,7 +157,19 @@ public final class TicketLock: Sendable {
                     cause: holder.map { HolderProcess(pid: $0) }
                 )
             }
-            let slice = min(deadline.remaining ?? Self.livenessInterval, Self.livenessInterval)
+            // The first waiter takes over a kept turn that has run out, and otherwise sleeps only
+            // until it may (the holder's release wakes it sooner).
+            var slice = min(deadline.remaining ?? Self.livenessInterval, Self.livenessInterval)
+            if isFirstWaiter(number, serving: current) {
+                switch takeOverKeptTurn(current) {
+                case .taken: continue
+                case .notBefore(let instant):
+                    if let instant {
+                        let now = baton_monotonic_ns()
+                        slice = min(slice, .nanoseconds(Int64(instant > now ? instant - now : 0)))
+                    }
+                }
+            }
             let result = baton_futex_wait(wakeWord(number), seen, max(slice.nanoseconds, 0))
             if result == -1, baton_errno() == ETIMEDOUT {
                 // Nobody woke us for a whole interval: is the process whose turn it is alive?
@@ -167,7 +199,79 @@ public final class TicketLock: Sendable {
             return nil
         }
         baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
+        return begin(number)
+    }
+
+    /// Records the start of `number`'s turn.
+    private func begin(_ number: UInt32) -> Ticket {
+        baton_store64(word64(Self.grantedOffset), baton_monotonic_ns())
+        baton_store64(word64(Self.holdOffset), UInt64(number) << 32 | Self.holdActive)
         return Ticket(number: number)
+    }
+
+    // MARK: Keeping the turn
+
+    /// Keeps a held ticket's turn while idle, instead of releasing it: ``resume(_:)`` takes it
+    /// back cheaply unless a waiter took it over meanwhile (see the type's documentation).
+    public func keep(_ ticket: Ticket) {
+        baton_store64(word64(Self.activityOffset), baton_monotonic_ns())
+        _ = baton_cas64(word64(Self.holdOffset), UInt64(ticket.number) << 32 | Self.holdActive, UInt64(ticket.number) << 32 | Self.holdKept)
+    }
+
+    /// Takes back a kept turn. Returns `false` when a waiter took it over (the ticket is gone:
+    /// queue again with ``acquire(deadline:interruption:)``).
+    public func resume(_ ticket: Ticket) -> Bool {
+        let kept = UInt64(ticket.number) << 32 | Self.holdKept
+        guard baton_cas64(word64(Self.holdOffset), kept, UInt64(ticket.number) << 32 | Self.holdActive) != 0 else { return false }
+        return baton_load32(word32(Self.servingOffset)) == ticket.number
+    }
+
+    /// Whether the holder of `ticket` should release it now rather than keep it: someone waits
+    /// and the turn has lasted its ``quantum``.
+    public func shouldYield(_ ticket: Ticket) -> Bool {
+        guard baton_load32(word32(Self.nextOffset)) != ticket.number &+ 1 else { return false }
+        return baton_monotonic_ns() &- baton_load64(word64(Self.grantedOffset)) >= UInt64(Self.quantum.nanoseconds)
+    }
+
+    /// Releases a kept turn if it is still kept (suspension, closing). Returns whether it was.
+    @discardableResult
+    public func releaseKept(_ ticket: Ticket) -> Bool {
+        guard baton_cas64(word64(Self.holdOffset), UInt64(ticket.number) << 32 | Self.holdKept, 0) != 0 else { return false }
+        advance(from: ticket.number)
+        return true
+    }
+
+    private enum TakeOver { case taken, notBefore(UInt64?) }
+
+    /// Takes over the kept turn of ticket `current` once it ran out (idle for ``idleLimit``, or
+    /// past its ``quantum``), or says when it will have.
+    private func takeOverKeptTurn(_ current: UInt32) -> TakeOver {
+        let hold = baton_load64(word64(Self.holdOffset))
+        let quantumEnd = baton_load64(word64(Self.grantedOffset)) &+ UInt64(Self.quantum.nanoseconds)
+        guard hold == UInt64(current) << 32 | Self.holdKept else {
+            // Working (or between owners): its holder yields at the end of the use that
+            // crosses the quantum, and may keep the turn idle only until then.
+            return .notBefore(hold >> 32 == UInt64(current) ? quantumEnd : nil)
+        }
+        let idleEnd = baton_load64(word64(Self.activityOffset)) &+ UInt64(Self.idleLimit.nanoseconds)
+        let due = min(idleEnd, quantumEnd)
+        guard baton_monotonic_ns() >= due else { return .notBefore(due) }
+        guard baton_cas64(word64(Self.holdOffset), hold, 0) != 0 else { return .notBefore(nil) }
+        advance(from: current)
+        return .taken
+    }
+
+    /// Whether `number` is the first live ticket after `current` (the tickets between were
+    /// abandoned).
+    private func isFirstWaiter(_ number: UInt32, serving current: UInt32) -> Bool {
+        var ticket = current &+ 1
+        for _ in 0..<8 {
+            if ticket == number { return true }
+            let record = baton_load64(owner(ticket))
+            guard UInt32(truncatingIfNeeded: record >> 32) == ticket, UInt32(truncatingIfNeeded: record) == 0 else { return false }
+            ticket &+= 1
+        }
+        return false
     }
 
     private func takeTicket() -> UInt32 {
@@ -176,8 +280,11 @@ public final class TicketLock: Sendable {
         return number
     }
 
-    /// Releases a held ticket: the next ticket's owner is woken.
+    /// Releases a held ticket (kept or not): the next ticket's owner is woken.
     public func release(_ ticket: Ticket) {
+        let hold = word64(Self.holdOffset)
+        let current = baton_load64(hold)
+        if current >> 32 == UInt64(ticket.number) { _ = baton_cas64(hold, current, 0) }
         advance(from: ticket.number)
     }
 
@@ -239,6 +346,14 @@ public final class TicketLock: Sendable {
             if !abandoned {
                 baton_add32(wakeWord(current), 1)
                 _ = baton_futex_wake_all(wakeWord(current))
+                // The ticket after it is now the first waiter: wake it too, so that it sleeps
+                // only until it may take over a kept turn that runs out (it slept without a
+                // bound while others were ahead of it).
+                let next = current &+ 1
+                if next != baton_load32(word32(Self.nextOffset)) {
+                    baton_add32(wakeWord(next), 1)
+                    _ = baton_futex_wake_all(wakeWord(next))
+                }
                 return
             }
         }

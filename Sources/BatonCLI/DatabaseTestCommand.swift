@@ -27,6 +27,7 @@ struct DatabaseTestCommand: AsyncParsableCommand {
     @Option var count = 1
     @Option var writer = 0
     @Flag(help: "Make the migration slow (widens the window of concurrent opens).") var slowMigration = false
+    @Flag(help: "After writing, keep running with the database open until killed.") var stay = false
 
     func run() async throws {
         let container = try options.open()
@@ -49,6 +50,9 @@ struct DatabaseTestCommand: AsyncParsableCommand {
                 }
             }
             emit("done \(count)")
+            if stay {
+                while true { try await Task.sleep(for: .seconds(3600)) }
+            }
         case .hold:
             let rows = count
             try await database.write { db in

@@ -8,6 +8,8 @@ import GRDB
 final class CommitBroadcaster: TransactionObserver {
     // Only touched on the writer connection's queue (GRDB calls observers there).
     private var tables: Set<String> = []
+    /// Signal names of the tables seen so far (building one costs a lowercasing and a hash).
+    private var signalNames: [String: String] = [:]
     private weak let database: SharedDatabase?
 
     init(database: SharedDatabase) { self.database = database }
@@ -20,7 +22,18 @@ final class CommitBroadcaster: TransactionObserver {
         let changed = tables
         tables = []
         guard !changed.isEmpty, let database else { return }
-        database.announceCommit(tables: changed)
+        var names: [String] = []
+        names.reserveCapacity(changed.count)
+        for table in changed {
+            if let name = signalNames[table] {
+                names.append(name)
+            } else {
+                let name = database.tableSignal(table)
+                signalNames[table] = name
+                names.append(name)
+            }
+        }
+        database.announceCommit(tableSignals: names)
     }
 
     func databaseDidRollback(_ db: Database) { tables = [] }
@@ -34,12 +47,12 @@ extension SharedDatabase {
         return commitSignal + ".h." + Self.identifier(ofPath: table.lowercased())
     }
 
-    func announceCommit(tables: Set<String>) {
+    func announceCommit(tableSignals: [String]) {
         let sequence = writerQueue.bumpSequence()
         // A signal is a doorbell: the data is committed already, and observers also poll
         // `data_version`, so a failed post (a full signal table) delays a refresh, loses nothing.
         guard let signals = try? container.signals else { return }
-        for table in tables { try? signals.post(tableSignal(table), state: sequence) }
+        for name in tableSignals { try? signals.post(name, state: sequence) }
         try? signals.post(commitSignal, state: sequence)
     }
 }

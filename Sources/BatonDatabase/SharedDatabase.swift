@@ -48,6 +48,10 @@ public final class SharedDatabase: Sendable {
     public let commitSignal: String
 
     let writerQueue: TicketLock
+    /// This process's turn in the writer queue, kept between writes (see
+    /// ``TicketLock/keep(_:)``): with several writer processes the queue changes hands once per
+    /// quantum instead of once per commit.
+    private let keptTurn = Mutex<TicketLock.Ticket?>(nil)
     let interruption = InterruptionFlag()
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
@@ -84,6 +88,7 @@ public final class SharedDatabase: Sendable {
     }
 
     deinit {
+        if let kept = keptTurn.withLock({ $0.take() }) { writerQueue.releaseKept(kept) }
         let (pool, token) = state.withLock { ($0.pool, $0.registration) }
         if let token { container.suspension.unregister(token) }
         try? pool?.close()
@@ -289,7 +294,7 @@ public final class SharedDatabase: Sendable {
             return nil
         }
         defer { writerAccesses.subtract(1, ordering: .releasing) }
-        guard let ticket = writerQueue.tryAcquire() else { return nil }
+        guard let ticket = resumeKeptTurn() ?? writerQueue.tryAcquire() else { return nil }
         do {
             // GRDB's synchronous access runs on this thread when the writer queue is idle.
             let outcome = try pool.writeWithoutTransaction { db in
@@ -314,7 +319,7 @@ public final class SharedDatabase: Sendable {
         fence: (any Fence)?,
         _ body: (Database) throws -> T
     ) throws -> FastOutcome<T> {
-        defer { writerQueue.release(ticket) }
+        defer { finishTurn(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
         fastPathActive.set(true)
         do {
@@ -375,12 +380,12 @@ public final class SharedDatabase: Sendable {
         cancelled: InterruptionFlag,
         _ body: (Database) throws -> T
     ) throws -> T {
-        let ticket = try writerQueue.acquire(deadline: .after(configuration.busyTimeout)) {
+        let ticket = try resumeKeptTurn() ?? writerQueue.acquire(deadline: .after(configuration.busyTimeout)) {
             if cancelled.isSet { return CancellationError() }
             if self.interruption.isSet { return self.suspendedError("write to") }
             return nil
         }
-        defer { writerQueue.release(ticket) }
+        defer { finishTurn(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
         let started = ContinuousClock.now
         do {
@@ -397,6 +402,30 @@ public final class SharedDatabase: Sendable {
         let result = try finishTransaction(db, fence: fence, body)
         boundWAL(db)
         return result
+    }
+
+    /// The turn this process kept after its last write, if no waiter took it over meanwhile.
+    private func resumeKeptTurn() -> TicketLock.Ticket? {
+        guard let kept = keptTurn.withLock({ $0.take() }), writerQueue.resume(kept) else { return nil }
+        return kept
+    }
+
+    /// After a write: keeps the turn for the next write of this process, unless another process
+    /// waits and the turn has lasted its quantum, or the process is suspending.
+    private func finishTurn(_ ticket: TicketLock.Ticket) {
+        if interruption.isSet || writerQueue.shouldYield(ticket) {
+            writerQueue.release(ticket)
+            return
+        }
+        writerQueue.keep(ticket)
+        keptTurn.withLock { $0 = ticket }
+        // A suspension that began meanwhile may have looked for a kept turn already.
+        if interruption.isSet { releaseKeptTurn() }
+    }
+
+    /// Gives up a kept turn (suspension, closing).
+    private func releaseKeptTurn() {
+        if let kept = keptTurn.withLock({ $0.take() }) { writerQueue.releaseKept(kept) }
     }
 
     /// After a commit, still holding the writer queue: when the WAL file has grown past
@@ -475,6 +504,7 @@ public final class SharedDatabase: Sendable {
             return
         }
         interruption.set(true)
+        releaseKeptTurn()
         writerQueue.interruptWaiters()
         // Statements are interrupted as they run (sqlite3_interrupt, and a progress handler for
         // the ones that start later); interrupt until every operation has returned.

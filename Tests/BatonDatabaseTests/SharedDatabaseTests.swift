@@ -147,6 +147,29 @@ struct SharedDatabaseTests {
         try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 0)") }
     }
 
+    @Test("a writer stopped (SIGSTOP) while it keeps its turn between writes does not hold up the others")
+    func aStoppedWriterKeepingItsTurnIsTakenOver() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        // The child writes, keeps its turn in the writer queue for its next write, and is then
+        // stopped, as iOS suspends an app between two writes.
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "20", "--writer", "1", "--stay"], container: directory.path)
+        try await writer.line(timeout: 30) { $0 == "done 20" }
+        writer.signal(SIGSTOP)
+        defer { writer.signal(SIGKILL) }
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.busyTimeout = .seconds(2)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        // Without the take-over this waits for the whole busy timeout and throws `busy`.
+        for seq in 0..<3 {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
+        }
+        #expect(try await count(database, "SELECT count(*) FROM item") == 23)
+        // Woken again, the child's next write queues normally.
+        writer.signal(SIGCONT)
+    }
+
     @Test("a write that cannot get its turn throws busy, saying who holds the database")
     func busyNamesTheHolder() async throws {
         let directory = try TemporaryContainer()
