@@ -1,10 +1,17 @@
 import Baton
 import GRDB
 
-/// Rings the database's signals after every commit of this process's writer that changed rows:
-/// the database's commit signal, and one signal per changed table (see
+/// Rings the database's signals after every commit of this process's writer that wrote to
+/// tables: the database's commit signal, and one signal per table written (see
 /// ``SharedDatabase/tableSignal(_:)``). The signals' state is the commit sequence number kept
 /// in the writer queue's shared page.
+///
+/// The tables come from GRDB's statement-level question "does this observer care about
+/// inserts/updates/deletes in table T?" (asked before each statement runs, from SQLite's
+/// authorizer, and by ``Database/notifyChanges(in:)``): the broadcaster notes T and answers no,
+/// so GRDB tracks no row events for it (no update hook, no event per row). A statement that
+/// matched no row still counts as a write to its table: observers then refresh for nothing,
+/// which is harmless; a real change is never missed.
 final class CommitBroadcaster: TransactionObserver {
     // Only touched on the writer connection's queue (GRDB calls observers there).
     private var tables: Set<String> = []
@@ -14,9 +21,14 @@ final class CommitBroadcaster: TransactionObserver {
 
     init(database: SharedDatabase) { self.database = database }
 
-    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
+        switch eventKind {
+        case .insert(let table), .delete(let table), .update(let table, _): tables.insert(table)
+        }
+        return false
+    }
 
-    func databaseDidChange(with event: DatabaseEvent) { tables.insert(event.tableName) }
+    func databaseDidChange(with event: DatabaseEvent) {}
 
     func databaseDidCommit(_ db: Database) {
         let changed = tables

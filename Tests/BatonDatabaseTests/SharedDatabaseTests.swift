@@ -491,6 +491,25 @@ struct SharedDatabaseTests {
         #expect(holders.contains { ($0["pid"] as? Int) == Int(observer.pid) }, "holders: \(holders)")
     }
 
+    @Test("commits(table:) reports another process's commits to that table, with their sequence and process")
+    func tableCommitsAreSignalled() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let commits = try await database.commits(table: "item")
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        let seen = try await within(30, "the commits of table item") {
+            var iterator = commits.makeAsyncIterator()
+            var seen: [DatabaseCommit] = []
+            while seen.reduce(0, { $0 + $1.count }) < 3, let commit = try await iterator.next() { seen.append(commit) }
+            return seen
+        }
+        #expect(seen.reduce(0) { $0 + $1.count } == 3)
+        #expect(seen.allSatisfy { !$0.isExternal && $0.processID == writer.pid })
+    }
+
     @Test("baton db watch prints the commits of other processes")
     func watchCommand() async throws {
         let directory = try TemporaryContainer()

@@ -230,3 +230,20 @@ package enum ProcLocks {
         return all().filter { $0.pid == pid && !$0.waiting && inodes.contains($0.inode) }
     }
 }
+
+/// Runs `body`, failing with ``TestFailure`` if it has not finished within `seconds` (the body
+/// is cancelled then): a test that waits for an event that never comes fails instead of hanging.
+package func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw TestFailure("\(what) did not happen within \(seconds) s")
+        }
+        return value
+    }
+}
