@@ -101,13 +101,13 @@ final class ChannelDoorbell: @unchecked Sendable {
         let start = baton_monotonic_ns()
         var round = 0
         while true {
-            for _ in 0..<4 { baton_cpu_relax() }
+            for _ in 0..<16 { baton_cpu_relax() }
             if moved() {
                 first.spinBudget.store(maxSpin, ordering: .relaxed)
                 return true
             }
             round += 1
-            if round & 7 == 0, baton_monotonic_ns() &- start >= budget { break }
+            if round & 1 == 0, baton_monotonic_ns() &- start >= budget { break }
         }
         first.spinBudget.store(max(minSpin, Int(budget) / 2), ordering: .relaxed)
         return false
