@@ -136,7 +136,7 @@ struct ChannelCommand: AsyncParsableCommand {
 struct ChannelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "test-worker", abstract: "Channel test workers (internal).", shouldDisplay: false,
-        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self])
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self])
 
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
@@ -176,6 +176,47 @@ struct ChannelTestCommand: AsyncParsableCommand {
             }
             if !pending.isEmpty { emit("got " + pending.joined(separator: ",")) }
             emit("done \(total)")
+        }
+    }
+
+    struct ProduceRaw: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send `count` byte arrays on NAME (element i: i % 300 bytes, byte j = (i + j) % 256), then `count` strings on NAME-text (element i: \"i:\" and i % 40 times \"é✓x\"), then print 'sent'.")
+        @OptionGroup var options: ContainerOptions
+        @Argument var name: String
+        @Option var count: Int
+
+        func run() async throws {
+            let container = try options.open()
+            let bytes = try SharedChannel<[UInt8]>(container, name: name, capacity: .unbounded)
+            let texts = try SharedChannel<String>(container, name: name + "-text", capacity: .unbounded)
+            emit("ready")
+            for index in 0..<count {
+                try await bytes.send((0..<(index % 300)).map { UInt8(truncatingIfNeeded: index + $0) })
+            }
+            for index in 0..<count {
+                try await texts.send("\(index):" + String(repeating: "é✓x", count: index % 40))
+            }
+            emit("sent")
+        }
+    }
+
+    struct EchoText: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Receive strings from the rendezvous channel NAME and send each back on REPLY (rendezvous), until NAME is closed.")
+        @OptionGroup var options: ContainerOptions
+        @Argument var name: String
+        @Argument var reply: String
+
+        func run() async throws {
+            let container = try options.open()
+            let requests = try SharedChannel<String>(container, name: name, capacity: .rendezvous)
+            let replies = try SharedChannel<String>(container, name: reply, capacity: .rendezvous)
+            emit("ready")
+            while let text = try await requests.receive() {
+                try await replies.send(text, deadline: .after(.seconds(60)))
+            }
+            emit("done")
         }
     }
 

@@ -91,6 +91,80 @@ struct ChannelTests {
         #expect(returned.withLock { $0 })
     }
 
+    @Test("String, [UInt8] and Data elements cross processes byte for byte and in order")
+    func rawElementsCrossProcesses() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let count = 2_000
+        // Open before the producer so both see the same (unbounded) channels.
+        let data = try SharedChannel<Data>(container, name: "raw", capacity: .unbounded)
+        let texts = try SharedChannel<String>(container, name: "raw-text", capacity: .unbounded)
+        let producer = try ChildProcess(["channel", "test-worker", "produce-raw", "raw", "--count", String(count)], container: directory.path)
+        for index in 0..<count {
+            let element = try await data.receive(deadline: .after(.seconds(30)))
+            let expected = Data((0..<(index % 300)).map { UInt8(truncatingIfNeeded: index + $0) })
+            guard element == expected else {
+                Issue.record("byte element \(index) arrived as \(element.map { "\($0.count) bytes" } ?? "nil")")
+                return
+            }
+        }
+        for index in 0..<count {
+            let element = try await texts.receive(deadline: .after(.seconds(30)))
+            let expected = "\(index):" + String(repeating: "é✓x", count: index % 40)
+            guard element == expected else {
+                Issue.record("text element \(index) arrived as \(element ?? "nil")")
+                return
+            }
+        }
+        try await producer.line(timeout: 30) { $0 == "sent" }
+        #expect(try await producer.wait() == 0)
+        #expect(try data.tryReceive() == nil)
+        #expect(try texts.tryReceive() == nil)
+        // A [UInt8] reader of the same channel gets the same bytes.
+        let bytes = try SharedChannel<[UInt8]>(container, name: "raw", capacity: .unbounded)
+        try await bytes.send([1, 2, 3])
+        #expect(try await data.receive() == Data([1, 2, 3]))
+        try await data.send(Data([4, 5]))
+        #expect(try await bytes.receive() == [4, 5])
+    }
+
+    @Test("rendezvous round trips with another process lose no wake-up, whether the waiters spin or sleep")
+    func rendezvousRoundTripsLoseNoWakeUp() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let requests = try SharedChannel<String>(container, name: "requests", capacity: .rendezvous)
+        let replies = try SharedChannel<String>(container, name: "replies", capacity: .rendezvous)
+        let echo = try ChildProcess(["channel", "test-worker", "echo-text", "requests", "replies"], container: directory.path)
+        try await echo.line(timeout: 30) { $0 == "ready" }
+        for round in 0..<1_000 {
+            // Now and then a pause far longer than any spin, so that the other side's wait
+            // (and then this side's) goes to sleep in the kernel and must be woken.
+            if round % 50 == 49 { try await Task.sleep(for: .milliseconds(3)) }
+            try await requests.send("r\(round)", deadline: .after(.seconds(30)))
+            if round % 50 == 24 {
+                // The echo's reply waits for this receive: let it fall asleep first.
+                try await Task.sleep(for: .milliseconds(3))
+            }
+            #expect(try await replies.receive(deadline: .after(.seconds(30))) == "r\(round)")
+        }
+        try requests.close()
+        try await echo.line(timeout: 30) { $0 == "done" }
+        #expect(try await echo.wait() == 0)
+    }
+
+    @Test("a sender blocked on a full bounded channel in another process resumes when room is made")
+    func blockedSenderResumes() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<String>(SharedContainer(path: directory.path), name: "narrow", capacity: .bounded(1))
+        try await channel.send("a")
+        let sender = try ChildProcess(["channel", "send", "narrow", "\"b\""], container: directory.path)
+        // Give the sender time to find the channel full and fall asleep (not an assertion).
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try await channel.receive(deadline: .after(.seconds(20))) == "a")
+        #expect(try await sender.wait() == 0)
+        #expect(try await channel.receive(deadline: .after(.seconds(20))) == "b")
+    }
+
     @Test("close: receivers get the remaining elements, then the end; a later send throws closed")
     func closeDrains() async throws {
         let directory = try TemporaryContainer()

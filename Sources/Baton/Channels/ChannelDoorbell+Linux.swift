@@ -8,10 +8,15 @@ import Synchronization
 ///
 /// Waiting tasks never park a thread: they suspend on a continuation. A waiter reads the word
 /// (``snapshot()``) *before* checking its condition and waits for the word to move past that
-/// value, so a change made after the check is never missed. The thread sleeps on a private word
-/// while no task of this process waits, and counts itself in the header's sleeper count while it
-/// may be asleep on the shared word, so a ringer makes the `futex_wake` system call only when
-/// someone may be asleep. Deadlines are the thread's futex timeouts: no timer task per wait.
+/// value, so a change made after the check is never missed. Before it suspends, a waiter watches
+/// the word for a few microseconds (``spin(after:)``, an adaptive, bounded spin like glibc's
+/// adaptive mutex): in a conversation between two running processes the answer usually comes
+/// within that time, and a wait that ends there costs neither side a system call. A waiter that
+/// suspends counts itself in the header's sleeper count (across processes) before it checks the
+/// word a last time, and the ringer reads that count after it moved the word: so the ringer
+/// makes the `futex_wake` system call only when some task may be asleep, and never misses one.
+/// The thread sleeps on a private word while no task of this process waits. Deadlines are the
+/// thread's futex timeouts: no timer task per wait.
 final class ChannelDoorbell: @unchecked Sendable {
     // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
     // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
@@ -42,6 +47,15 @@ final class ChannelDoorbell: @unchecked Sendable {
 
     private let state = Mutex(State())
 
+    /// The current spin budget in nanoseconds (see ``spin(after:)``).
+    private let spinBudget = Atomic<Int>(ChannelDoorbell.maxSpin)
+    /// How many waits have spun (for the periodic full-budget probe).
+    private let spinCount = Atomic<Int>(0)
+    /// The longest a waiter watches the word before it suspends (ns), and the shortest budget.
+    static let maxSpin = 16_000
+    static let minSpin = 500
+    static let probeInterval = 16
+
     init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
         self.memory = memory
         self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
@@ -59,10 +73,44 @@ final class ChannelDoorbell: @unchecked Sendable {
     /// The doorbell's ring count: read it before checking the condition you will wait for.
     func snapshot() -> UInt32 { baton_load32(word) / Self.ringStep }
 
-    /// Rings the doorbell: call after the state change is visible (after unlocking).
+    /// Rings the doorbell: call after the state change is visible (after unlocking). Makes a
+    /// system call only when some task (of any process) may be asleep on the word.
     func ring() {
         baton_add32(word, Self.ringStep)
         if baton_load32(sleepers) > 0 { _ = baton_futex_wake_all(word) }
+    }
+
+    /// Watches the word for a moment: `true` when it moved past `seen` within the spin budget.
+    ///
+    /// The budget adapts: a spin that sees the word move restores it to ``maxSpin``; one that
+    /// does not halves it (down to ``minSpin``), so a slow peer costs little CPU before the waiter
+    /// sleeps in the kernel. Every ``probeInterval``-th wait spins the full ``maxSpin`` anyway, so
+    /// the budget recovers once the peer answers quickly again.
+    func spin(after seen: UInt32) -> Bool {
+        Self.spin([(self, seen)])
+    }
+
+    /// ``spin(after:)`` over several doorbells at once (for `select`): `true` when any moved.
+    /// The first doorbell's budget applies.
+    static func spin(_ doorbells: [(doorbell: ChannelDoorbell, seen: UInt32)]) -> Bool {
+        func moved() -> Bool { doorbells.contains { $0.doorbell.snapshot() != $0.seen } }
+        guard let first = doorbells.first?.doorbell else { return false }
+        if moved() { return true }
+        let probe = first.spinCount.wrappingAdd(1, ordering: .relaxed).newValue % probeInterval == 0
+        let budget = UInt64(probe ? maxSpin : first.spinBudget.load(ordering: .relaxed))
+        let start = baton_monotonic_ns()
+        var round = 0
+        while true {
+            for _ in 0..<16 { baton_cpu_relax() }
+            if moved() {
+                first.spinBudget.store(maxSpin, ordering: .relaxed)
+                return true
+            }
+            round += 1
+            if round & 1 == 0, baton_monotonic_ns() &- start >= budget { break }
+        }
+        first.spinBudget.store(max(minSpin, Int(budget) / 2), ordering: .relaxed)
+        return false
     }
 
     /// Makes the sleeping threads re-read their deadlines, without waking any waiter.
@@ -72,14 +120,15 @@ final class ChannelDoorbell: @unchecked Sendable {
     }
 
     /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
-    /// its condition).
+    /// its condition), first spinning for a moment unless `spinning` is false (the caller spun).
     /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
-    func wait(after seen: UInt32, deadline: Deadline) async throws {
+    func wait(after seen: UInt32, deadline: Deadline, spinning: Bool = true) async throws {
         try Task.checkCancellation()
         if let instant = deadline.instant, ContinuousClock.now >= instant {
             if snapshot() != seen { return }
             throw Self.timedOut()
         }
+        if spinning, spin(after: seen) { return }
         let id = state.withLock { state -> UInt64 in
             state.nextID &+= 1
             return state.nextID
@@ -88,7 +137,12 @@ final class ChannelDoorbell: @unchecked Sendable {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let (outcome, start, wake, kick) = state.withLock { state -> (Result<Void, any Error>?, Bool, Bool, Bool) in
                     if Task.isCancelled { return (.failure(CancellationError()), false, false, false) }
-                    if snapshot() != seen { return (.success(()), false, false, false) }
+                    // Count as a possible sleeper before the last look at the word (see `ring`).
+                    baton_add32(sleepers, 1)
+                    if snapshot() != seen {
+                        baton_sub32(sleepers, 1)
+                        return (.success(()), false, false, false)
+                    }
                     state.waiters[id] = Waiter(seen: seen, deadline: deadline.instant, continuation: continuation)
                     let start = !state.started
                     state.started = true
@@ -116,7 +170,10 @@ final class ChannelDoorbell: @unchecked Sendable {
             }
         } onCancel: {
             let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
-            continuation?.resume(throwing: CancellationError())
+            if let continuation {
+                baton_sub32(sleepers, 1)
+                continuation.resume(throwing: CancellationError())
+            }
         }
     }
 
@@ -141,15 +198,9 @@ final class ChannelDoorbell: @unchecked Sendable {
     static let linger: Duration = .milliseconds(50)
 
     private func run() {
-        var counted = false
         var lingerUntil: ContinuousClock.Instant?
         while true {
             let idleSeen = baton_load32(idleWord)
-            if !counted {
-                // Count as a possible sleeper before reading the word (see `ring`).
-                baton_add32(sleepers, 1)
-                counted = true
-            }
             let current = baton_load32(word)
             let rings = current / Self.ringStep
             let now = ContinuousClock.now
@@ -186,15 +237,12 @@ final class ChannelDoorbell: @unchecked Sendable {
                 state.threadIdle = state.waiters.isEmpty && !state.shutdown
                 return (ready, expired, nearest, state.waiters.isEmpty, state.shutdown)
             }
+            let resumed = ready.count + expired.count
+            if resumed > 0 { baton_sub32(sleepers, UInt32(resumed)) }
             for continuation in ready { continuation.resume() }
             for continuation in expired { continuation.resume(throwing: Self.timedOut()) }
-            if shutdown {
-                baton_sub32(sleepers, 1)
-                return
-            }
+            if shutdown { return }
             if idle {
-                baton_sub32(sleepers, 1)
-                counted = false
                 lingerUntil = nil
                 _ = baton_futex_wait(idleWord, idleSeen, -1)
                 continue

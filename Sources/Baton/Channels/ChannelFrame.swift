@@ -25,23 +25,27 @@ enum ChannelFrame {
 
     static func size(payload length: Int) -> Int { (headerSize + length + 7) & ~7 }
 
-    /// A complete frame (state ready) for `payload`.
-    static func encode(payload: [UInt8], coding: Coding, sendID: UInt64) throws -> [UInt8] {
-        guard payload.count <= maxPayload else {
-            throw BatonError(.invalidArgument, "a channel element encodes to \(payload.count) bytes; the limit is \(maxPayload) bytes. Send a reference to the data instead.")
+    /// The size of the frame for a payload of `length` bytes.
+    /// - Throws: `invalidArgument` when the payload is larger than ``maxPayload``.
+    static func checkedSize(payload length: Int) throws -> Int {
+        guard length <= maxPayload else {
+            throw BatonError(.invalidArgument, "a channel element encodes to \(length) bytes; the limit is \(maxPayload) bytes. Send a reference to the data instead.")
         }
-        var frame = [UInt8](repeating: 0, count: size(payload: payload.count))
-        frame.withUnsafeMutableBytes { raw in
-            raw.storeBytes(of: tag.littleEndian, toByteOffset: 16, as: UInt32.self)
-            raw.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 20, as: UInt32.self)
-            raw.storeBytes(of: sendID.littleEndian, toByteOffset: 24, as: UInt64.self)
-            raw.storeBytes(of: coding.rawValue.littleEndian, toByteOffset: 36, as: UInt32.self)
-            payload.withUnsafeBytes { source in
-                if source.count > 0 { raw.baseAddress!.advanced(by: headerSize).copyMemory(from: source.baseAddress!, byteCount: source.count) }
-            }
-            raw.storeBytes(of: checksum(raw.baseAddress!, length: payload.count).littleEndian, toByteOffset: 32, as: UInt32.self)
-        }
-        return frame
+        return size(payload: length)
+    }
+
+    /// Writes a complete frame (state ready) of `size` bytes (``size(payload:)``) for `payload`
+    /// at `base`.
+    static func write(into base: UnsafeMutableRawPointer, size: Int, payload: UnsafeRawBufferPointer, coding: Coding, sendID: UInt64) {
+        base.initializeMemory(as: UInt64.self, repeating: 0, count: headerSize / 8)
+        base.storeBytes(of: tag.littleEndian, toByteOffset: 16, as: UInt32.self)
+        base.storeBytes(of: UInt32(payload.count).littleEndian, toByteOffset: 20, as: UInt32.self)
+        base.storeBytes(of: sendID.littleEndian, toByteOffset: 24, as: UInt64.self)
+        base.storeBytes(of: coding.rawValue.littleEndian, toByteOffset: 36, as: UInt32.self)
+        if payload.count > 0 { base.advanced(by: headerSize).copyMemory(from: payload.baseAddress!, byteCount: payload.count) }
+        let padding = size - headerSize - payload.count
+        if padding > 0 { base.advanced(by: headerSize + payload.count).initializeMemory(as: UInt8.self, repeating: 0, count: padding) }
+        base.storeBytes(of: checksum(UnsafeRawPointer(base), length: payload.count).littleEndian, toByteOffset: 32, as: UInt32.self)
     }
 
     /// The CRC-32C of a frame at `base` whose payload is `length` bytes.

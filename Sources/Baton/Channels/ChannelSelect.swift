@@ -70,8 +70,7 @@ public struct ChannelSelectCase<Outcome> {
             },
             doorbell: channel.log.writable,
             offer: rendezvous ? {
-                let (frame, sendID) = try channel.encode(element)
-                _ = try channel.log.append(frame, mode: .always)
+                let sendID = try channel.append(element, mode: .always)!
                 return Offer(withdraw: { try channel.log.withdraw(sendID: sendID) }, handler: handler)
             } : nil,
             rendezvousReceiveLog: nil,
@@ -130,9 +129,11 @@ public func select<Outcome>(
         // Receives fall back to a slow check for dead takers; every other wake-up is a doorbell.
         let slice = cases.contains { $0.receiveLog?.storage.isFile == true } ? deadline.earliest(.after(.milliseconds(250))) : deadline
         let waits: [@Sendable () async throws -> Void] = zip(doorbells, seen).map { doorbell, seen in
-            { try await doorbell.wait(after: seen, deadline: slice) }
+            { try await doorbell.wait(after: seen, deadline: slice, spinning: false) }
         }
         if offering.isEmpty {
+            // Watch every doorbell for a moment before waking a task per case.
+            if ChannelDoorbell.spin(Array(zip(doorbells, seen))) { continue }
             do {
                 _ = try await ChannelWaits.first(waits)
             } catch let error as BatonError where error.code == .timedOut {
@@ -144,7 +145,9 @@ public func select<Outcome>(
         let offer = try cases[offering[round % offering.count]].offer!()
         round += 1
         do {
-            _ = try await ChannelWaits.first(waits)
+            if !ChannelDoorbell.spin(Array(zip(doorbells, seen))) {
+                _ = try await ChannelWaits.first(waits)
+            }
         } catch {
             if try offer.withdraw() {
                 if let error = error as? BatonError, error.code == .timedOut {

@@ -39,9 +39,24 @@ import Synchronization
 public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     let log: ChannelLog
     /// Identifies this object's frames: a random start, then one more per frame.
-    private let sendIDs = Mutex(UInt64.random(in: 1...UInt64.max))
+    private let sendIDs = Atomic<UInt64>(UInt64.random(in: 1...UInt64.max))
     private let encoder = JSONEncoder()
     private let decoder = JSONDecoder()
+    /// How `Element` travels, decided once from its type.
+    private let representation = Representation(Element.self)
+
+    /// How elements are encoded: `String` as UTF-8 text, `[UInt8]` and `Data` as raw bytes,
+    /// anything else as JSON.
+    enum Representation {
+        case text, bytes, data, json
+
+        init(_ type: Element.Type) {
+            if type == String.self { self = .text }
+            else if type == [UInt8].self { self = .bytes }
+            else if type == Data.self { self = .data }
+            else { self = .json }
+        }
+    }
 
     /// How many elements the channel buffers.
     public var capacity: ChannelCapacity { log.capacity }
@@ -87,21 +102,36 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     ///   - deadline: When to give up.
     /// - Throws: `closed` when the channel is closed, `timedOut` at the deadline,
     ///   `CancellationError` when the task is cancelled (in both cases nothing was sent).
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
     public func send(_ element: Element, deadline: Deadline = .never) async throws {
-        let (frame, sendID) = try encode(element)
         switch capacity {
         case .unbounded:
-            _ = try log.append(frame, mode: .always)
+            _ = try append(element, mode: .always)
         case .bounded(let limit):
             while true {
                 let seen = log.writable.snapshot()
-                if try log.append(frame, mode: .ifRoom(limit)) { return }
+                if try append(element, mode: .ifRoom(limit)) != nil { return }
                 try await log.writable.wait(after: seen, deadline: deadline)
             }
         case .rendezvous:
-            _ = try log.append(frame, mode: .always)
+            let sendID = try append(element, mode: .always)!
             try await awaitTaken(sendID: sendID, deadline: deadline)
         }
+    }
+
+    /// Encodes `element` and appends its frame. Returns the frame's send id, or `nil` when
+    /// `mode` found no room (or no waiting receiver).
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
+    func append(_ element: Element, mode: ChannelLog.AppendMode) throws -> UInt64? {
+        let sendID = sendIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let appended = try withPayload(element) { payload, coding in
+            try log.append(payload: payload, coding: coding, sendID: sendID, mode: mode)
+        }
+        return appended ? sendID : nil
     }
 
     /// Waits until the offered frame `sendID` is taken; on timeout or cancellation withdraws it
@@ -123,12 +153,14 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// On a rendezvous channel this succeeds only when a receiver is waiting at that moment.
     /// - Returns: `true` when sent, `false` when the channel is full (or no receiver waits).
     /// - Throws: `closed` when the channel is closed.
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
     public func trySend(_ element: Element) throws -> Bool {
-        let (frame, _) = try encode(element)
         switch capacity {
-        case .unbounded: return try log.append(frame, mode: .always)
-        case .bounded(let limit): return try log.append(frame, mode: .ifRoom(limit))
-        case .rendezvous: return try log.append(frame, mode: .ifReceiverWaiting)
+        case .unbounded: return try append(element, mode: .always) != nil
+        case .bounded(let limit): return try append(element, mode: .ifRoom(limit)) != nil
+        case .rendezvous: return try append(element, mode: .ifReceiverWaiting) != nil
         }
     }
 
@@ -140,13 +172,18 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// - Returns: The element, or `nil` once the channel is closed and drained.
     /// - Throws: `malformedFrame` for a damaged frame or an element that does not decode (it is
     ///   skipped: the next call goes on with the next element); `timedOut`; `CancellationError`.
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
     public func receive(deadline: Deadline = .never) async throws -> Element? {
         var countedAsWaiting = false
         defer { if countedAsWaiting { log.adjustWaitingReceivers(-1) } }
+        // Set once another process was seen holding a taken element: then a wait also watches
+        // for processes closing the channel file (a taker may die).
+        var deaths: (counter: EventCounter, seen: UInt64)?
         while true {
             let seen = log.readable.snapshot()
-            let deaths = try log.fileEvents()
-            let deathsSeen = deaths?.snapshot() ?? 0
+            if let counter = deaths?.counter { deaths = (counter, counter.snapshot()) }
             switch try attemptReceive() {
             case .element(let element): return element
             case .end: return nil
@@ -158,8 +195,14 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
                     countedAsWaiting = true
                     continue
                 }
-                if othersTaking, let deaths {
-                    try await waitForArrivalOrDeath(seen: seen, deaths: deaths, deathsSeen: deathsSeen, deadline: deadline)
+                if othersTaking, deaths == nil, let counter = try log.fileEvents() {
+                    // Snapshot the death events before looking again.
+                    deaths = (counter, counter.snapshot())
+                    continue
+                }
+                if let deaths {
+                    if log.readable.spin(after: seen) { continue }
+                    try await waitForArrivalOrDeath(seen: seen, deaths: deaths.counter, deathsSeen: deaths.seen, deadline: deadline)
                 } else {
                     try await log.readable.wait(after: seen, deadline: deadline)
                 }
@@ -170,6 +213,9 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// Receives without waiting.
     /// - Returns: An element, or `nil` when none is ready (or the channel is closed and drained).
     /// - Throws: `malformedFrame` as ``receive(deadline:)``.
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
     public func tryReceive() throws -> Element? {
         while true {
             switch try attemptReceive() {
@@ -191,12 +237,32 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     }
 
     /// Takes, decodes and acknowledges one element.
+    @_specialize(exported: true, where Element == String)
+    @_specialize(exported: true, where Element == [UInt8])
+    @_specialize(exported: true, where Element == Data)
     func attemptReceive() throws -> Attempt {
-        switch try log.take() {
+        if representation != .json {
+            // Text and bytes become the element by copying them out of the channel, which cannot
+            // fail: take, copy and acknowledge in one critical section.
+            var decoded: Element?
+            var failure: (any Error)?
+            switch try log.take(acknowledge: true, { payload, coding in
+                do { decoded = try decodeInPlace(payload, coding: coding) } catch { failure = error }
+            }) {
+            case .taken:
+                if let decoded { return .element(decoded) }
+                throw BatonError(.malformedFrame, "an element of the channel \(name ?? "(in-process)") does not decode as \(Element.self); it was skipped and the channel goes on", cause: failure)
+            case .malformed(let message): throw BatonError(.malformedFrame, message)
+            case .empty(let othersTaking): return .empty(othersTaking: othersTaking)
+            case .end: return .end
+            }
+        }
+        var payload: [UInt8] = []
+        switch try log.take({ bytes, _ in payload = [UInt8](bytes) }) {
         case .taken(let taken):
             let element: Element
             do {
-                element = try decode(taken)
+                element = try decode(payload, coding: taken.coding)
             } catch {
                 _ = try log.acknowledge(taken)
                 throw BatonError(.malformedFrame, "an element of the channel \(name ?? "(in-process)") does not decode as \(Element.self); it was skipped and the channel goes on", cause: error)
@@ -216,10 +282,11 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     package func takeUnacknowledged(deadline: Deadline) async throws -> ChannelDelivery<Element>? {
         while true {
             let seen = log.readable.snapshot()
-            switch try log.take() {
+            var payload: [UInt8] = []
+            switch try log.take({ bytes, _ in payload = [UInt8](bytes) }) {
             case .taken(let taken):
                 do {
-                    return ChannelDelivery(element: try decode(taken), taken: taken, log: log)
+                    return ChannelDelivery(element: try decode(payload, coding: taken.coding), taken: taken, log: log)
                 } catch {
                     try log.release(taken)
                     throw BatonError(.malformedFrame, "an element of the channel does not decode as \(Element.self)")
@@ -247,7 +314,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         let first: Int
         do {
             first = try await ChannelWaits.first([
-                { try await readable.wait(after: seen, deadline: slice) },
+                { try await readable.wait(after: seen, deadline: slice, spinning: false) },
                 { try await deaths.wait(after: deathsSeen, deadline: slice) },
             ])
         } catch let error as BatonError where error.code == .timedOut {
@@ -274,50 +341,59 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
 
     // MARK: Coding
 
-    /// Encodes an element: strings as UTF-8 text, `[UInt8]` and `Data` as raw bytes, anything
-    /// else as JSON.
-    func encode(_ element: Element) throws -> (frame: [UInt8], sendID: UInt64) {
-        let payload: [UInt8]
-        let coding: ChannelFrame.Coding
-        if let text = element as? String {
-            payload = Array(text.utf8)
-            coding = .text
-        } else if let bytes = element as? [UInt8] {
-            payload = bytes
-            coding = .bytes
-        } else if let data = element as? Data {
-            payload = Array(data)
-            coding = .bytes
-        } else {
+    /// Calls `body` with the encoded element: a `String` as its UTF-8 text, `[UInt8]` and `Data`
+    /// as their bytes, anything else as JSON.
+    func withPayload<R>(_ element: Element, _ body: (UnsafeRawBufferPointer, ChannelFrame.Coding) throws -> R) throws -> R {
+        switch representation {
+        case .text:
+            var text = Self.identity(element, as: String.self)
+            return try text.withUTF8 { try body(UnsafeRawBufferPointer($0), .text) }
+        case .bytes:
+            return try Self.identity(element, as: [UInt8].self).withUnsafeBytes { try body($0, .bytes) }
+        case .data:
+            return try Self.identity(element, as: Data.self).withUnsafeBytes { try body($0, .bytes) }
+        case .json:
+            let encoded: Data
             do {
-                payload = Array(try encoder.encode(element))
+                encoded = try encoder.encode(element)
             } catch {
                 throw BatonError(.invalidArgument, "the element does not encode as JSON: \(type(of: error))")
             }
-            coding = .json
+            return try encoded.withUnsafeBytes { try body($0, .json) }
         }
-        let sendID = sendIDs.withLock { id -> UInt64 in
-            id &+= 1
-            return id
-        }
-        return (try ChannelFrame.encode(payload: payload, coding: coding, sendID: sendID), sendID)
     }
 
-    /// Decodes a taken frame's payload. Text and bytes decode directly into `String`, `[UInt8]`
-    /// or `Data`, and through JSON into any other type (a `String` into an enum of JSON values,
-    /// say).
-    func decode(_ taken: ChannelLog.Taken) throws -> Element {
-        switch taken.coding {
+    /// `value` as `type`, which is its own type (checked).
+    private static func identity<T, U>(_ value: T, as type: U.Type) -> U {
+        precondition(T.self == U.self)
+        return withUnsafePointer(to: value) { $0.withMemoryRebound(to: U.self, capacity: 1) { $0.pointee } }
+    }
+
+    /// Decodes a payload in the channel's memory into a `String`, `[UInt8]` or `Data` element
+    /// (the element type's own coding), or through JSON for another coding.
+    private func decodeInPlace(_ payload: UnsafeRawBufferPointer, coding: ChannelFrame.Coding) throws -> Element {
+        switch (representation, coding) {
+        case (.text, .text): return Self.identity(String(decoding: payload, as: UTF8.self), as: Element.self)
+        case (.bytes, .bytes): return Self.identity([UInt8](payload), as: Element.self)
+        case (.data, .bytes): return Self.identity(Data(payload), as: Element.self)
+        default: return try decode([UInt8](payload), coding: coding)
+        }
+    }
+
+    /// Decodes a payload. Text and bytes decode directly into `String`, `[UInt8]` or `Data`, and
+    /// through JSON into any other type (a `String` into an enum of JSON values, say).
+    func decode(_ payload: [UInt8], coding: ChannelFrame.Coding) throws -> Element {
+        switch coding {
         case .json:
-            return try decoder.decode(Element.self, from: Data(taken.payload))
+            return try decoder.decode(Element.self, from: Data(payload))
         case .text:
-            let text = String(decoding: taken.payload, as: UTF8.self)
+            let text = String(decoding: payload, as: UTF8.self)
             if let element = text as? Element { return element }
             return try decoder.decode(Element.self, from: encoder.encode(text))
         case .bytes:
-            if let element = taken.payload as? Element { return element }
-            if let element = Data(taken.payload) as? Element { return element }
-            return try decoder.decode(Element.self, from: encoder.encode(taken.payload))
+            if let element = payload as? Element { return element }
+            if let element = Data(payload) as? Element { return element }
+            return try decoder.decode(Element.self, from: encoder.encode(payload))
         }
     }
 }
