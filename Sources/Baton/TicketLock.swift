@@ -19,6 +19,8 @@ import CBatonShims
 ///   320 hold      (u64) ticket << 32 | 1 while its holder works, | 2 while it keeps the turn idle
 ///   328 granted   (u64) monotonic ns when the ticket being served got its turn
 ///   336 activity  (u64) monotonic ns when its holder last went idle
+///   344 watchers  (u32) a count kept by the user of the lock (the shared database counts the
+///                 processes watching the commits of single tables)
 /// slots (64 bytes each, ticket % slotCount)
 ///   0 owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned
 ///   8 wake  (u32) futex word of the ticket's waiter
@@ -50,7 +52,7 @@ public final class TicketLock: Sendable {
     public static let slotCount = 256
     static let fileSize = headerSize + slotSize * slotCount
     static let nextOffset = 64, servingOffset = 128, sequenceOffset = 256, lastPIDOffset = 264
-    static let holdOffset = 320, grantedOffset = 328, activityOffset = 336
+    static let holdOffset = 320, grantedOffset = 328, activityOffset = 336, watchersOffset = 344
     static let holdActive: UInt64 = 1, holdKept: UInt64 = 2
 
     /// How long a kept turn lasts once others wait.
@@ -295,6 +297,23 @@ public final class TicketLock: Sendable {
         let value = baton_add64(word64(Self.sequenceOffset), 1) &+ 1
         baton_store64(word64(Self.lastPIDOffset), UInt64(pid))
         return value
+    }
+
+    /// A count shared by every process, kept by the user of the lock (the shared database
+    /// counts the processes that watch the commits of single tables, so that writers track
+    /// which tables they change only while someone cares).
+    public var watcherCount: UInt32 { baton_load32(word32(Self.watchersOffset)) }
+
+    /// Adds one to ``watcherCount``.
+    public func addWatcher() { baton_add32(word32(Self.watchersOffset), 1) }
+
+    /// Removes one from ``watcherCount`` (never below zero).
+    public func removeWatcher() {
+        let word = word32(Self.watchersOffset)
+        while true {
+            let value = baton_load32(word)
+            if value == 0 || baton_cas32(word, value, value - 1) != 0 { return }
+        }
     }
 
     /// The shared sequence number.

@@ -6,6 +6,12 @@ import GRDB
 /// ``SharedDatabase/tableSignal(_:)``). The signals' state is the commit sequence number kept
 /// in the writer queue's shared page.
 ///
+/// It is added to the writer connection only while some process watches the commits of a single
+/// table (``SharedDatabase/commits(table:)``, counted in the writer queue's shared page): a
+/// transaction observer costs every statement some of GRDB's bookkeeping. Without it, the writer
+/// rings the commit signal itself after each commit that changed rows, and the "some table"
+/// signal when a table watcher appeared during the transaction.
+///
 /// The tables come from GRDB's statement-level question "does this observer care about
 /// inserts/updates/deletes in table T?" (asked before each statement runs, from SQLite's
 /// authorizer, and by ``Database/notifyChanges(in:)``): the broadcaster notes T and answers no,
@@ -58,6 +64,10 @@ extension SharedDatabase {
         if plain.utf8.count <= Signals.maxNameBytes, !plain.utf8.contains(0) { return plain }
         return commitSignal + ".h." + Self.identifier(ofPath: table.lowercased())
     }
+
+    /// Rung (besides the commit signal) after a commit whose tables are unknown, when a table
+    /// watcher may exist: every table watcher observes it too.
+    var anyTableSignal: String { commitSignal + ".any" }
 
     func announceCommit(tableSignals: [String]) {
         let sequence = writerQueue.bumpSequence()

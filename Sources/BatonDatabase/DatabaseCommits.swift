@@ -29,7 +29,7 @@ extension SharedDatabase {
     /// - Returns: An asynchronous sequence; iterate it from one task.
     /// - Throws: `suspended`, or a signal table error.
     public func commits(table: String? = nil) async throws -> DatabaseCommits {
-        var watch = try ChangeWatch(database: self, signal: table.map(tableSignal) ?? commitSignal)
+        var watch = try ChangeWatch(database: self, signal: table.map(tableSignal) ?? commitSignal, table: table != nil)
         try await watch.rebaseline()
         return DatabaseCommits(watch: watch)
     }

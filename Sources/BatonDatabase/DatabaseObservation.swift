@@ -66,13 +66,38 @@ public struct DatabaseObservation<Element: Sendable>: AsyncSequence, Sendable {
 struct ChangeWatch: Sendable {
     let database: SharedDatabase
     let signals: SignalObservation
+    /// For the commits of one table: the "some table" signal, rung after commits whose tables
+    /// the writer did not track (see ``CommitBroadcaster``).
+    let anyTable: SignalObservation?
+    /// Keeps this process counted as a table watcher while the watch lives.
+    let watcher: TableWatcher?
     var baseline: SharedDatabase.DataVersion?
     var lastSequence: UInt64
 
-    init(database: SharedDatabase, signal: String) throws {
+    /// Watches `signal`; with `table`, as a table watcher (counted before observing, so every
+    /// writer that commits after this returns either tracks its tables or rings "some table").
+    init(database: SharedDatabase, signal: String, table: Bool = false) throws {
         self.database = database
+        self.watcher = table ? TableWatcher(database.writerQueue) : nil
         self.signals = try database.container.signals.observe(signal)
+        self.anyTable = table ? try database.container.signals.observe(database.anyTableSignal) : nil
         self.lastSequence = database.writerQueue.sequence
+    }
+
+    /// Counts a process as a table watcher in the writer queue's shared page while it lives.
+    final class TableWatcher: Sendable {
+        let queue: TicketLock
+        init(_ queue: TicketLock) {
+            self.queue = queue
+            queue.addWatcher()
+        }
+        deinit { queue.removeWatcher() }
+    }
+
+    /// The next signal delivery (of either observation), or throws `timedOut` at the deadline.
+    private func nextDelivery(deadline: Deadline) async throws -> SignalDelivery {
+        guard let anyTable else { return try await signals.next(deadline: deadline) }
+        return try await SignalObservation.next(from: [signals, anyTable], deadline: deadline)
     }
 
     /// What changed.
@@ -90,7 +115,7 @@ struct ChangeWatch: Sendable {
     mutating func nextChange() async throws -> Change {
         while true {
             do {
-                let delivery = try await signals.next(deadline: .after(database.configuration.externalChangePollInterval))
+                let delivery = try await nextDelivery(deadline: .after(database.configuration.externalChangePollInterval))
                 lastSequence = max(lastSequence, delivery.state)
                 baseline = try? await database.dataVersion()
                 return .commit(sequence: delivery.state)

@@ -52,6 +52,15 @@ public final class SharedDatabase: Sendable {
     /// ``TicketLock/keep(_:)``): with several writer processes the queue changes hands once per
     /// quantum instead of once per commit.
     private let keptTurn = Mutex<TicketLock.Ticket?>(nil)
+    /// The commit broadcaster and the writer connection it is added to (see
+    /// ``CommitBroadcaster``); only used on the writer connection.
+    private struct Broadcasting {
+        var observer: CommitBroadcaster?
+        /// Whether it is added to the writer connection of the current pool (reset by
+        /// `makePool`: a new pool has a new writer connection).
+        var installed = false
+    }
+    private let broadcasting = Mutex(Broadcasting())
     let interruption = InterruptionFlag()
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
@@ -222,14 +231,11 @@ public final class SharedDatabase: Sendable {
             try settings.prepareDatabase?(db)
         }
         let pool: DatabasePool
+        broadcasting.withLock { $0.installed = false }
         do {
             pool = try DatabasePool(path: path, configuration: grdb)
         } catch {
             throw translate(error)
-        }
-        if !isReadOnly {
-            let broadcaster = CommitBroadcaster(database: self)
-            pool.add(transactionObserver: broadcaster, extent: .databaseLifetime)
         }
         return pool
     }
@@ -321,6 +327,7 @@ public final class SharedDatabase: Sendable {
     ) throws -> FastOutcome<T> {
         defer { finishTurn(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
+        let tracked = trackTablesIfWatched(db)
         fastPathActive.set(true)
         do {
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
@@ -332,7 +339,7 @@ public final class SharedDatabase: Sendable {
             fastPathActive.set(false)
             throw error
         }
-        let result = try finishTransaction(db, fence: fence, body)
+        let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
         boundWAL(db)
         return .done(result)
     }
@@ -340,11 +347,19 @@ public final class SharedDatabase: Sendable {
     /// Runs the fence check and `body` in the transaction `db` has begun, then commits; rolls
     /// back when either throws. (Cached `BEGIN`/`COMMIT` statements: GRDB's `inTransaction`
     /// parses them on every call.)
-    private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T {
+    /// With `announce` (no ``CommitBroadcaster`` on the connection), rings the commit signal
+    /// after a commit that changed rows.
+    private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, announce: Bool, _ body: (Database) throws -> T) throws -> T {
         do {
+            let changesBefore = db.totalChangesCount
             if let fence { try FenceTable.check(fence, in: db) }
             let result = try body(db)
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            if announce, db.totalChangesCount != changesBefore {
+                // A table watcher that appeared during the transaction learns of it through
+                // the "some table" signal.
+                announceCommit(tableSignals: writerQueue.watcherCount > 0 ? [anyTableSignal] : [])
+            }
             return result
         } catch {
             if db.isInsideTransaction { try? db.rollback() }
@@ -387,6 +402,7 @@ public final class SharedDatabase: Sendable {
         }
         defer { finishTurn(ticket) }
         if interruption.isSet { throw suspendedError("write to") }
+        let tracked = trackTablesIfWatched(db)
         let started = ContinuousClock.now
         do {
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
@@ -399,9 +415,31 @@ public final class SharedDatabase: Sendable {
                 cause: error
             )
         }
-        let result = try finishTransaction(db, fence: fence, body)
+        let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
         boundWAL(db)
         return result
+    }
+
+    /// Adds the commit broadcaster to the writer connection while some process watches the
+    /// commits of a single table, removes it otherwise (before `BEGIN`, holding the writer
+    /// queue). Returns whether it is added.
+    private func trackTablesIfWatched(_ db: Database) -> Bool {
+        let wanted = writerQueue.watcherCount > 0
+        let change = broadcasting.withLock { broadcasting -> (add: Bool, observer: CommitBroadcaster)? in
+            guard wanted != broadcasting.installed else { return nil }
+            let observer = broadcasting.observer ?? CommitBroadcaster(database: self)
+            broadcasting.observer = observer
+            broadcasting.installed = wanted
+            return (wanted, observer)
+        }
+        if let change {
+            if change.add {
+                db.add(transactionObserver: change.observer, extent: .databaseLifetime)
+            } else {
+                db.remove(transactionObserver: change.observer)
+            }
+        }
+        return wanted
     }
 
     /// The turn this process kept after its last write, if no waiter took it over meanwhile.

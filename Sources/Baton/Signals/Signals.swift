@@ -120,6 +120,24 @@ public struct SignalObservation: AsyncSequence, Sendable {
         try await observer.next(deadline: deadline)
     }
 
+    /// The next delivery of any of `observations` (several names at once, one continuation
+    /// for all), or throws `timedOut` at the deadline.
+    /// - Parameters:
+    ///   - observations: Observations iterated by this task only.
+    ///   - deadline: When to give up.
+    /// - Returns: A delivery of one of them; the others keep theirs for later.
+    /// - Throws: `timedOut`; `CancellationError` when the task is cancelled or an observation
+    ///   was cancelled.
+    public static func next(from observations: [SignalObservation], deadline: Deadline) async throws -> SignalDelivery {
+        while true {
+            let seen = observations.map { ($0.observer.arrivalCounter, $0.observer.arrivalCounter.snapshot()) }
+            for observation in observations {
+                if let delivery = try observation.observer.take() { return delivery }
+            }
+            _ = try await EventCounter.waitAny(seen.map { (counter: $0.0, seen: $0.1) }, deadline: deadline)
+        }
+    }
+
     public func makeAsyncIterator() -> Iterator { Iterator(observer: observer) }
 
     /// Iterates deliveries.
