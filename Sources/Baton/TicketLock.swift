@@ -208,6 +208,13 @@ public final class TicketLock: Sendable {
     private func begin(_ number: UInt32) -> Ticket {
         baton_store64(word64(Self.grantedOffset), baton_monotonic_ns())
         baton_store64(word64(Self.holdOffset), UInt64(number) << 32 | Self.holdActive)
+        // The next waiter may have looked while this turn had not begun (no hold to time a
+        // take-over by): wake it to look again.
+        let next = number &+ 1
+        if next != baton_load32(word32(Self.nextOffset)) {
+            baton_add32(wakeWord(next), 1)
+            _ = baton_futex_wake_all(wakeWord(next))
+        }
         return Ticket(number: number)
     }
 
