@@ -26,7 +26,8 @@ enum RolesBench: BenchSuite {
 
         let handoff = try flockHandoff(path: path, shm: shm, rounds: handoffRounds)
         let signal = try signalAfterIdle(container: container, path: path, shm: shm, rounds: quick ? 100 : 1_000)
-        let (preemption, breakdown) = try await preemption(container: container, path: path, shm: shm, rounds: preemptRounds)
+        let (preemption, breakdown) = try await Self.preemption(container: container, path: path, shm: shm, rounds: preemptRounds, onSignalThread: true)
+        let (pooled, pooledBreakdown) = try await Self.preemption(container: container, path: path, shm: shm, rounds: preemptRounds, onSignalThread: false)
         var crashFloor: [Double] = [], takeover: [Double] = []
         for _ in 0..<crashRounds {
             // Interleaved so both see the same machine load.
@@ -41,6 +42,8 @@ enum RolesBench: BenchSuite {
                         floorName: "flock_handoff_plus_signal_p50_us", floor: handoffP50 + signalP50),
             BenchResult(name: "preemption_p99_us", value: percentile(preemption, 99), unit: "us",
                         floorName: "flock_handoff_plus_signal_p99_us", floor: percentile(handoff, 99) + percentile(signal, 99)),
+            BenchResult(name: "preemption_default_executor_p50_us", value: percentile(pooled, 50), unit: "us",
+                        floorName: "flock_handoff_plus_signal_p50_us", floor: handoffP50 + signalP50),
             BenchResult(name: "crash_takeover_p50_us", value: percentile(takeover, 50), unit: "us",
                         floorName: "raw_flock_crash_notice_p50_us", floor: percentile(crashFloor, 50)),
             BenchResult(name: "crash_takeover_p99_us", value: percentile(takeover, 99), unit: "us",
@@ -51,10 +54,11 @@ enum RolesBench: BenchSuite {
                         floorName: "signal_post_to_wake_p50_us", floor: signalP50),
         ]
         return (results, [
-            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; time until main holds it (the executor asks again only after main released) (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
+            "method": "preemption: main calls acquire while an executor process holds the role and releases on its first stop request; both sides run their role code on Baton's signal thread (withTaskExecutorPreference(container.signals.executor), the documented low-latency setup: a delivery resumes the task on the thread that saw it); preemption_default_executor: the same with both tasks on Swift's global executor (each wake-up then also hops to a pool thread); time until main holds it (the executor asks again only after main released) (\(preemptRounds) rounds). crash takeover: this process waits in acquire while a holder process is SIGKILLed; time from kill() to the grant (\(crashRounds) rounds, a fresh holder each). The raw crash floor kills the same kind of holder process while a raw process blocked in flock(2) on the holder's lock file waits. flock handoff: unlock to the blocked waiter's return (\(handoffRounds) rounds). signal: post-to-wake one way, 0.5 ms idle before each post like the preemption rounds.",
             "targets": "preemption p50 <= 3 x (flock handoff + signal) p50; crash takeover p50 <= 1.5 x raw crash floor p50",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "preemption_breakdown": breakdown,
+            "preemption_default_executor_breakdown": pooledBreakdown,
         ])
     }
 
@@ -164,19 +168,23 @@ enum RolesBench: BenchSuite {
 
     // MARK: Baton
 
-    private static func preemption(container: SharedContainer, path: String, shm: MappedFile, rounds: Int) async throws -> ([Double], String) {
+    private static func preemption(container: SharedContainer, path: String, shm: MappedFile, rounds: Int, onSignalThread: Bool) async throws -> ([Double], String) {
         let role = try container.role("preempt")
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["executor"])
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["executor", onSignalThread ? "signal-thread" : "pool"])
+        let executor: (any TaskExecutor)? = onSignalThread ? try container.signals.executor : nil
         var samples: [Double] = [], seen: [Double] = [], released: [Double] = []
         for round in 0..<(rounds + rounds / 10) {
             guard worker.receiveLine()?.hasPrefix("held") == true else {
                 throw BatonError(.invalidArgument, "the executor worker stopped")
             }
-            try await Task.sleep(for: .microseconds(500))
-            let start = monotonicNanoseconds()
-            let lease = try await role.acquire(priority: .main, kind: "bench", deadline: .after(.seconds(10)))
-            let end = monotonicNanoseconds()
-            await lease.release()
+            let (start, end) = try await withTaskExecutorPreference(executor) {
+                try await Task.sleep(for: .microseconds(500))
+                let start = monotonicNanoseconds()
+                let lease = try await role.acquire(priority: .main, kind: "bench", deadline: .after(.seconds(10)))
+                let end = monotonicNanoseconds()
+                await lease.release()
+                return (start, end)
+            }
             worker.send("again")
             if round >= rounds / 10 {
                 samples.append(Double(end - start) / 1_000)
@@ -253,13 +261,16 @@ enum RolesBench: BenchSuite {
             await lease.release()
         case "executor":
             let role = try container.role("preempt")
+            let executor: (any TaskExecutor)? = arguments.dropFirst().first == "signal-thread" ? try container.signals.executor : nil
             while true {
-                let lease = try await role.acquire(priority: .executor, kind: "bench", deadline: .never)
-                emit("held \(lease.epoch)")
-                for await _ in lease.stopRequests { break }
-                baton_store64(stamp(shm, seenOffset), monotonicNanoseconds())
-                await lease.release()
-                baton_store64(stamp(shm, releasedOffset), monotonicNanoseconds())
+                try await withTaskExecutorPreference(executor) {
+                    let lease = try await role.acquire(priority: .executor, kind: "bench", deadline: .never)
+                    emit("held \(lease.epoch)")
+                    for await _ in lease.stopRequests { break }
+                    baton_store64(stamp(shm, seenOffset), monotonicNanoseconds())
+                    await lease.release()
+                    baton_store64(stamp(shm, releasedOffset), monotonicNanoseconds())
+                }
                 // Ask again only once main is done, so that the figure is the preemption alone.
                 guard readStandardInputLine() != nil else { return }
             }
