@@ -101,6 +101,30 @@ struct SignalTests {
         }
     }
 
+    @Test("a suspended process holds no lock on the signal table, and gets the posts made meanwhile after resume")
+    func suspensionDropsTheEntryLock() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let observation = try container.signals.observe("while-suspended")
+        var info = stat()
+        #expect(stat(directory.path + "/.baton/signals", &info) == 0)
+        let table = UInt64(info.st_ino)
+        #expect(ProcLocks.all().contains { $0.inode == table }, "the process's entry is locked while it observes")
+        await container.suspend()
+        #expect(!ProcLocks.all().contains { $0.inode == table }, "no lock on the signal table while suspended")
+        // Another process takes entries meanwhile (possibly this one's) and posts.
+        let watcher = try ChildProcess(["signal", "watch", "other", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        try await watcher.line(timeout: 60) { $0 == "ready" }
+        #expect(try await runBaton(["signal", "post", "while-suspended", "--state", "9"], container: directory.path).status == 0)
+        try await container.resume()
+        #expect(ProcLocks.all().contains { $0.inode == table }, "the entry is locked again")
+        #expect(try await observation.next(deadline: .after(.seconds(30))).state == 9)
+        // Posts after the resume arrive too.
+        #expect(try await runBaton(["signal", "post", "while-suspended", "--state", "10"], container: directory.path).status == 0)
+        #expect(try await observation.next(deadline: .after(.seconds(30))).state == 10)
+        watcher.signal(SIGKILL)
+    }
+
     @Test("a corrupt signal table is rebuilt and observers keep working")
     func corruptTableIsRebuilt() async throws {
         let directory = try TemporaryContainer()

@@ -63,6 +63,15 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         var entry: Int?
         /// Observers of this process per interest bit.
         var bitCounts = [Int](repeating: 0, count: FutexSignalTable.entryCount)
+        /// While the container is suspended, the entry's lock is dropped (a suspended process
+        /// holds no lock) and no entry is claimed.
+        var suspended = false
+        /// The interest mask this process's observers call for.
+        var interest: UInt64 {
+            var mask: UInt64 = 0
+            for (bit, count) in bitCounts.enumerated() where count > 0 { mask |= UInt64(1) << UInt64(bit) }
+            return mask
+        }
     }
 
     private let state: Mutex<State>
@@ -198,7 +207,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     /// Takes a free entry for this process (one whose OFD lock nobody holds: free, or left by a
     /// dead process), resetting it. Without one, the thread sleeps on the shared word.
     private func claimEntry(_ state: inout State) {
-        guard state.entry == nil, state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize else { return }
+        guard state.entry == nil, !state.suspended, state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize else { return }
         for index in 0..<Self.entryCount {
             let offset = Int64(Self.entryOffset + index * Self.entrySize)
             guard baton_ofd_setlk(state.map.fd, offset, 1, Int16(F_WRLCK)) == 0 else { continue }
@@ -208,6 +217,43 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             state.entry = index
             return
         }
+    }
+
+    // MARK: Suspension
+
+    /// Drops the lock on this process's entry (a suspended process may hold no lock). The entry
+    /// stays in use meanwhile, so posts still ring its doorbell; if another process claims it,
+    /// ``retakeLocks()`` claims another one.
+    func releaseLocks() {
+        state.withLock { state in
+            state.suspended = true
+            if let entry = state.entry {
+                _ = baton_ofd_setlk(state.map.fd, Int64(Self.entryOffset + entry * Self.entrySize), 1, Int16(F_UNLCK))
+            }
+        }
+    }
+
+    /// Locks this process's entry again (or claims another one if it was taken meanwhile), then
+    /// has the signal thread look at every observed counter: posts made while the entry was
+    /// someone else's are delivered then.
+    func retakeLocks() {
+        state.withLock { state in
+            state.suspended = false
+            if let entry = state.entry {
+                let offset = Int64(Self.entryOffset + entry * Self.entrySize)
+                if baton_ofd_setlk(state.map.fd, offset, 1, Int16(F_WRLCK)) == 0 {
+                    // Ours again; another process may have reset it meanwhile.
+                    baton_store32(entryWord(state.map, entry, 0), UInt32(bitPattern: getpid()))
+                    baton_store64(entryInterest(state.map, entry), state.interest)
+                    return
+                }
+                state.entry = nil
+            }
+            guard !state.observers.isEmpty else { return }
+            claimEntry(&state)
+            if let entry = state.entry { baton_store64(entryInterest(state.map, entry), state.interest) }
+        }
+        if threadStarted.load(ordering: .acquiring) { wakeThread() }
     }
 
     private func entryWord(_ map: MappedFile, _ index: Int, _ offset: Int) -> UnsafeMutablePointer<UInt32> {

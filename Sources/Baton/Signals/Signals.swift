@@ -28,7 +28,11 @@ public final class Signals: Sendable {
 
     init(container: SharedContainer) throws {
         #if os(Linux)
-        backend = try FutexSignalTable(container: container)
+        let table = try FutexSignalTable(container: container)
+        // The table's process entry is owned through a lock: released while suspended.
+        _ = container.suspension.register(SignalSuspension(table))
+        if container.suspension.isSuspended { table.releaseLocks() }
+        backend = table
         #else
         backend = try NotifySignalBackend(container: container)
         #endif
@@ -227,4 +231,22 @@ protocol SignalBackend: Sendable {
     func post(_ name: String, state: UInt64?) throws
     func state(of name: String) throws -> UInt64
     func register(_ observer: SignalObserver) throws -> any SignalRegistration
+    /// Drops every kernel lock the backend holds (the container is suspending).
+    func releaseLocks()
+    /// Takes them back after a suspension.
+    func retakeLocks()
+}
+
+extension SignalBackend {
+    func releaseLocks() {}
+    func retakeLocks() {}
+}
+
+/// Forwards the container's suspension to the signal backend (held weakly: the container keeps
+/// its participants, the signals keep the backend).
+final class SignalSuspension: SuspensionParticipant {
+    private weak let backend: (any SignalBackend & AnyObject)?
+    init(_ backend: any SignalBackend & AnyObject) { self.backend = backend }
+    func suspend() async { backend?.releaseLocks() }
+    func resume() async throws { backend?.retakeLocks() }
 }
