@@ -160,26 +160,14 @@ enum ChannelsBench: BenchSuite {
         case "pipe-pong":
             emit("ready")
             var buffer = [UInt8](repeating: 0, count: elementSize)
-            while true {
-                var done = 0
-                while done < elementSize {
-                    let got = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + done, elementSize - done) }
-                    if got <= 0 { return }
-                    done += got
-                }
+            while readElement(into: &buffer) {
                 _ = buffer.withUnsafeBytes { write(1, $0.baseAddress!, elementSize) }
             }
         case "pipe-ack":
             emit("ready")
             var buffer = [UInt8](repeating: 0, count: elementSize)
             var ack: UInt8 = 1
-            while true {
-                var done = 0
-                while done < elementSize {
-                    let got = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + done, elementSize - done) }
-                    if got <= 0 { return }
-                    done += got
-                }
+            while readElement(into: &buffer) {
                 _ = write(1, &ack, 1)
             }
         case "produce":
@@ -205,5 +193,17 @@ enum ChannelsBench: BenchSuite {
         default:
             throw BatonError(.invalidArgument, "unknown channels worker \(arguments)")
         }
+    }
+
+    /// Reads exactly `buffer.count` bytes from standard input; `false` at end of input.
+    private static func readElement(into buffer: inout [UInt8]) -> Bool {
+        let size = buffer.count
+        var done = 0
+        while done < size {
+            let got = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + done, size - done) }
+            if got <= 0 { return false }
+            done += got
+        }
+        return true
     }
 }
