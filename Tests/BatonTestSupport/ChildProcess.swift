@@ -201,7 +201,19 @@ package enum ProcLocks {
     }
 
     package static func all() -> [Entry] {
-        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        // Read to the end with read(2): /proc/locks reports a size of 0, and it outgrows one
+        // page when the tests running in parallel hold many locks.
+        let fd = open("/proc/locks", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+            if count <= 0 { break }
+            bytes += chunk[0..<count]
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
         return text.split(separator: "\n").compactMap { line in
             var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
             let waiting = fields.count > 1 && fields[1] == "->"
