@@ -75,6 +75,7 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
+            dependencies: ["BatonSimulator"],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),

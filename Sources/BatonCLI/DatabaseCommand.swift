@@ -1,6 +1,7 @@
 import ArgumentParser
 import Baton
 import BatonDatabase
+import BatonSimulator
 import CBatonShims
 import GRDB
 #if canImport(FoundationEssentials)
@@ -155,16 +156,10 @@ struct DatabaseReport {
             var info = stat()
             if stat(path, &info) == 0 { inodes.insert(UInt64(info.st_ino)) }
         }
-        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
-        var pids = Set<Int32>()
-        for line in text.split(separator: "\n") {
-            var fields = line.split(separator: " ").map(String.init)
-            if fields.count > 1 && fields[1] == "->" { fields.remove(at: 1) }
-            guard fields.count >= 6, let pid = Int32(fields[4]) else { continue }
-            let device = fields[5].split(separator: ":")
-            guard device.count == 3, let inode = UInt64(device[2]), inodes.contains(inode) else { continue }
-            if pid != getpid() { pids.insert(pid) }
-        }
+        // ProcFS reads /proc/locks to its end (Foundation's String(contentsOfFile:) stops after
+        // one page of it).
+        let me = getpid()
+        let pids = Set(ProcFS.locks().filter { inodes.contains($0.inode) && $0.pid != me }.map(\.pid))
         return pids.sorted()
     }
 

@@ -1,3 +1,4 @@
+import BatonSimulator
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -191,55 +192,24 @@ package final class TemporaryContainer: Sendable {
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
-/// Kernel file locks from `/proc/locks`.
+/// Kernel file locks, read by the simulator's `/proc` reader (to the end of `/proc/locks`).
 package enum ProcLocks {
     package struct Entry: Hashable {
         package var kind: String   // FLOCK, POSIX, OFDLCK
         package var pid: pid_t
         package var inode: UInt64
         package var waiting: Bool
-    }
 
-    package static func all() -> [Entry] {
-        // Read to the end with read(2): /proc/locks reports a size of 0, and it outgrows one
-        // page when the tests running in parallel hold many locks.
-        let fd = open("/proc/locks", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return [] }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-            if count <= 0 { break }
-            bytes += chunk[0..<count]
-        }
-        let text = String(decoding: bytes, as: UTF8.self)
-        return text.split(separator: "\n").compactMap { line in
-            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-            let waiting = fields.count > 1 && fields[1] == "->"
-            if waiting { fields.remove(at: 1) } // a blocked waiter
-            guard fields.count >= 6, let pid = pid_t(fields[4]) else { return nil }
-            let device = fields[5].split(separator: ":")
-            guard device.count == 3, let inode = UInt64(device[2]) else { return nil }
-            return Entry(kind: fields[1], pid: pid, inode: inode, waiting: waiting)
+        init(_ lock: ProcFS.Lock) {
+            (kind, pid, inode, waiting) = (lock.kind, lock.pid, lock.inode, lock.waiting)
         }
     }
 
-    /// Inodes of every file under `directory`.
-    package static func inodes(under directory: String) -> Set<UInt64> {
-        var result = Set<UInt64>()
-        let enumerator = FileManager.default.enumerator(atPath: directory)
-        while let relative = enumerator?.nextObject() as? String {
-            var info = stat()
-            if lstat(directory + "/" + relative, &info) == 0 { result.insert(UInt64(info.st_ino)) }
-        }
-        return result
-    }
+    package static func all() -> [Entry] { ProcFS.locks().map(Entry.init) }
 
     /// Locks held (not merely awaited) by `pid` on files under `directory`.
     package static func held(by pid: pid_t, under directory: String) -> [Entry] {
-        let inodes = inodes(under: directory)
-        return all().filter { $0.pid == pid && !$0.waiting && inodes.contains($0.inode) }
+        ProcFS.locksHeld(by: pid, under: directory).map(Entry.init)
     }
 }
 
