@@ -120,6 +120,12 @@ public final class TicketLock: Sendable {
         word32(Self.headerSize + Int(ticket % UInt32(Self.slotCount)) * Self.slotSize + 8)
     }
 
+    /// Wakes the owner of `ticket` (its slot's futex word).
+    private func wake(_ ticket: UInt32) {
+        baton_add32(wakeWord(ticket), 1)
+        _ = baton_futex_wake_all(wakeWord(ticket))
+    }
+
     /// Takes a ticket and waits for its turn, blocking the calling thread.
     ///
     /// - Parameters:
@@ -208,13 +214,11 @@ public final class TicketLock: Sendable {
     private func begin(_ number: UInt32) -> Ticket {
         baton_store64(word64(Self.grantedOffset), baton_monotonic_ns())
         baton_store64(word64(Self.holdOffset), UInt64(number) << 32 | Self.holdActive)
-        // The next waiter may have looked while this turn had not begun (no hold to time a
-        // take-over by): wake it to look again.
+        // The next waiter slept while others were ahead of it, or looked while this turn had
+        // not begun (no hold to time a take-over by): wake it to look again, so that it sleeps
+        // only until it may take over a kept turn that runs out.
         let next = number &+ 1
-        if next != baton_load32(word32(Self.nextOffset)) {
-            baton_add32(wakeWord(next), 1)
-            _ = baton_futex_wake_all(wakeWord(next))
-        }
+        if next != baton_load32(word32(Self.nextOffset)) { wake(next) }
         return Ticket(number: number)
     }
 
@@ -339,10 +343,7 @@ public final class TicketLock: Sendable {
     /// Wakes every waiter of this process so that it checks its interruption (for suspension
     /// and cancellation). Waiters of other processes wake too and go back to sleep.
     public func interruptWaiters() {
-        for slot in 0..<UInt32(Self.slotCount) {
-            baton_add32(wakeWord(slot), 1)
-            _ = baton_futex_wake_all(wakeWord(slot))
-        }
+        for slot in 0..<UInt32(Self.slotCount) { wake(slot) }
     }
 
     // MARK: Internals
@@ -370,16 +371,8 @@ public final class TicketLock: Sendable {
             let record = baton_load64(owner(current))
             let abandoned = UInt32(truncatingIfNeeded: record >> 32) == current && UInt32(truncatingIfNeeded: record) == 0
             if !abandoned {
-                baton_add32(wakeWord(current), 1)
-                _ = baton_futex_wake_all(wakeWord(current))
-                // The ticket after it is now the first waiter: wake it too, so that it sleeps
-                // only until it may take over a kept turn that runs out (it slept without a
-                // bound while others were ahead of it).
-                let next = current &+ 1
-                if next != baton_load32(word32(Self.nextOffset)) {
-                    baton_add32(wakeWord(next), 1)
-                    _ = baton_futex_wake_all(wakeWord(next))
-                }
+                // Its owner's turn begins (and wakes the ticket after it: see `begin`).
+                wake(current)
                 return
             }
         }

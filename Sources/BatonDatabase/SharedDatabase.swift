@@ -97,7 +97,7 @@ public final class SharedDatabase: Sendable {
     }
 
     deinit {
-        if let kept = keptTurn.withLock({ $0.take() }) { writerQueue.releaseKept(kept) }
+        releaseKeptTurn()
         let (pool, token) = state.withLock { ($0.pool, $0.registration) }
         if let token { container.suspension.unregister(token) }
         try? pool?.close()

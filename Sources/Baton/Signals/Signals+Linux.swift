@@ -42,6 +42,11 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     static let entryOffset = 1024
     static let entrySize = 32
     static let entryCount = 64
+
+    /// Whether `map` is big enough to hold the process entries.
+    private static func hasEntries(_ map: MappedFile) -> Bool { map.size >= entryOffset + entryCount * entrySize }
+    /// The byte of the table whose OFD lock owns entry `index`.
+    private static func entryLockOffset(_ index: Int) -> Int64 { Int64(entryOffset + index * entrySize) }
     static let fileName = "signals"
     static let lockName = "signals.lock"
 
@@ -134,7 +139,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     private static func wakeEveryone(_ map: MappedFile) {
         baton_add32(word(map, 64), 1)
         _ = baton_futex_wake_all(word(map, 64))
-        guard map.size >= entryOffset + entryCount * entrySize else { return }
+        guard hasEntries(map) else { return }
         for index in 0..<entryCount {
             let doorbell = word(map, entryOffset + index * entrySize + 4)
             baton_add32(doorbell, 1)
@@ -187,13 +192,12 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         state.bitCounts = [Int](repeating: 0, count: Self.entryCount)
         if wasWaiter { baton_add32(Self.word(fresh, 128), 1) }
         if !state.observers.isEmpty { claimEntry(&state) }
-        var interest: UInt64 = 0
         for (id, var observed) in state.observers {
             guard let observer = observed.observer else { state.observers[id] = nil; continue }
             let slot = try findOrCreateSlot(&state, observer.name)
             state.bitCounts[slot % Self.entryCount] += 1
-            interest |= UInt64(1) << UInt64(slot % Self.entryCount)
-            if let entry = state.entry { baton_or64(entryInterest(state.map, entry), interest) }
+            // Interest first, then the observer count and the baseline, as in `register`.
+            if let entry = state.entry { baton_or64(entryInterest(state.map, entry), UInt64(1) << UInt64(slot % Self.entryCount)) }
             baton_add32(slotWord(state.map, slot, 32), 1)
             observed.slot = slot
             observed.lastSeen = baton_load64(slotCounter(state.map, slot))
@@ -207,10 +211,9 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     /// Takes a free entry for this process (one whose OFD lock nobody holds: free, or left by a
     /// dead process), resetting it. Without one, the thread sleeps on the shared word.
     private func claimEntry(_ state: inout State) {
-        guard state.entry == nil, !state.suspended, state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize else { return }
+        guard state.entry == nil, !state.suspended, Self.hasEntries(state.map) else { return }
         for index in 0..<Self.entryCount {
-            let offset = Int64(Self.entryOffset + index * Self.entrySize)
-            guard baton_ofd_setlk(state.map.fd, offset, 1, Int16(F_WRLCK)) == 0 else { continue }
+            guard baton_ofd_setlk(state.map.fd, Self.entryLockOffset(index), 1, Int16(F_WRLCK)) == 0 else { continue }
             baton_store64(entryInterest(state.map, index), 0)
             baton_store32(entryWord(state.map, index, 8), 0)
             baton_store32(entryWord(state.map, index, 0), UInt32(bitPattern: getpid()))
@@ -228,7 +231,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         state.withLock { state in
             state.suspended = true
             if let entry = state.entry {
-                _ = baton_ofd_setlk(state.map.fd, Int64(Self.entryOffset + entry * Self.entrySize), 1, Int16(F_UNLCK))
+                _ = baton_ofd_setlk(state.map.fd, Self.entryLockOffset(entry), 1, Int16(F_UNLCK))
             }
         }
     }
@@ -240,8 +243,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         state.withLock { state in
             state.suspended = false
             if let entry = state.entry {
-                let offset = Int64(Self.entryOffset + entry * Self.entrySize)
-                if baton_ofd_setlk(state.map.fd, offset, 1, Int16(F_WRLCK)) == 0 {
+                if baton_ofd_setlk(state.map.fd, Self.entryLockOffset(entry), 1, Int16(F_WRLCK)) == 0 {
                     // Ours again; another process may have reset it meanwhile.
                     baton_store32(entryWord(state.map, entry, 0), UInt32(bitPattern: getpid()))
                     baton_store64(entryInterest(state.map, entry), state.interest)
@@ -379,7 +381,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             // reads the counter, so one of the two sees the other); wake those that may sleep.
             var doorbells: [UnsafeMutablePointer<UInt32>] = []
             let bit = UInt64(1) << UInt64(slot % Self.entryCount)
-            if state.map.size >= Self.entryOffset + Self.entryCount * Self.entrySize {
+            if Self.hasEntries(state.map) {
                 for index in 0..<Self.entryCount where index != state.entry {
                     guard baton_load64(entryInterest(state.map, index)) & bit != 0,
                           baton_load32(entryWord(state.map, index, 0)) != 0 else { continue }
