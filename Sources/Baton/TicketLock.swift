@@ -21,6 +21,8 @@ import CBatonShims
 ///   336 activity  (u64) monotonic ns when its holder last went idle
 ///   344 watchers  (u32) a count kept by the user of the lock (the shared database counts the
 ///                 processes watching the commits of single tables)
+///   352 progress  (u64) a word kept by the user of the lock (the shared database's checkpoint
+///                 progress)
 /// slots (64 bytes each, ticket % slotCount)
 ///   0 owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned
 ///   8 wake  (u32) futex word of the ticket's waiter
@@ -52,11 +54,11 @@ public final class TicketLock: Sendable {
     public static let slotCount = 256
     static let fileSize = headerSize + slotSize * slotCount
     static let nextOffset = 64, servingOffset = 128, sequenceOffset = 256, lastPIDOffset = 264
-    static let holdOffset = 320, grantedOffset = 328, activityOffset = 336, watchersOffset = 344
+    static let holdOffset = 320, grantedOffset = 328, activityOffset = 336, watchersOffset = 344, progressOffset = 352
     static let holdActive: UInt64 = 1, holdKept: UInt64 = 2
 
     /// How long a kept turn lasts once others wait.
-    public static let quantum: Duration = .milliseconds(4)
+    public static let quantum: Duration = .milliseconds(8)
     /// How long a kept turn may stay idle once others wait.
     public static let idleLimit: Duration = .microseconds(200)
 
@@ -325,6 +327,16 @@ public final class TicketLock: Sendable {
             let value = baton_load32(word)
             if value == 0 || baton_cas32(word, value, value - 1) != 0 { return }
         }
+    }
+
+    /// A 64-bit word shared by every process, kept by the user of the lock (the shared database
+    /// records its checkpoint progress in it). Zero in a new queue.
+    public var progress: UInt64 { baton_load64(word64(Self.progressOffset)) }
+
+    /// Sets ``progress`` to `new` if it is still `expected` (compare-and-swap). Returns whether it was.
+    @discardableResult
+    public func updateProgress(from expected: UInt64, to new: UInt64) -> Bool {
+        baton_cas64(word64(Self.progressOffset), expected, new) != 0
     }
 
     /// The shared sequence number.

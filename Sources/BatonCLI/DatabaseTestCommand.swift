@@ -28,11 +28,16 @@ struct DatabaseTestCommand: AsyncParsableCommand {
     @Option var writer = 0
     @Flag(help: "Make the migration slow (widens the window of concurrent opens).") var slowMigration = false
     @Flag(help: "After writing, keep running with the database open until killed.") var stay = false
+    @Option(help: "Configuration.checkpointPages.") var checkpointPages: Int?
+    @Option(help: "Configuration.walRestartSize, in bytes.") var walRestartSize: Int?
 
     func run() async throws {
         let container = try options.open()
+        var configuration = SharedDatabase.Configuration()
+        if let checkpointPages { configuration.checkpointPages = checkpointPages }
+        if let walRestartSize { configuration.walRestartSize = walRestartSize }
         let database = try await SharedDatabase.open(
-            at: path, container: container, migrator: TestSchema.migrator(slow: slowMigration))
+            at: path, container: container, migrator: TestSchema.migrator(slow: slowMigration), configuration: configuration)
         switch mode {
         case .open:
             emit("opened")

@@ -8,12 +8,13 @@ import GRDB
 
 /// SQLite's busy handler for the shared database: waits for a lock held by a connection that does
 /// not use Baton (Baton's own writers are ordered by the writer queue before they ask SQLite),
-/// like `sqlite3_busy_timeout`, but gives up at once when the database is being suspended or the
-/// same-thread fast path is only trying, and soon when a writer bounds the WAL.
+/// like `sqlite3_busy_timeout`, but gives up at once when the database is being suspended or
+/// SQLite's locks are only tried (the same-thread fast path's `BEGIN`, a checkpoint's
+/// opportunistic restart), and soon when a writer bounds the WAL.
 struct BusyWait: Sendable {
     let timeout: Duration
     let interruption: InterruptionFlag
-    let fastPath: InterruptionFlag
+    let tryOnce: InterruptionFlag
     let checkpointing: InterruptionFlag
 
     /// How long a size-bounding checkpoint waits for readers (it holds up the other writers).
@@ -28,7 +29,7 @@ struct BusyWait: Sendable {
 
     /// Called by SQLite with the number of earlier tries of this wait: whether to try again.
     func shouldRetry(_ tries: Int) -> Bool {
-        if interruption.isSet || fastPath.isSet { return false }
+        if interruption.isSet || tryOnce.isSet { return false }
         var waited = Duration.zero
         for index in 0..<tries { waited += Self.delays[min(index, Self.delays.count - 1)] }
         let limit = checkpointing.isSet ? min(timeout, Self.checkpointTimeout) : timeout

@@ -12,15 +12,21 @@ extension SharedDatabase {
         /// How long ``SharedDatabase/open(at:container:migrator:configuration:)`` waits for
         /// another process that is opening or migrating the database. Default 30 s.
         public var openTimeout: Duration = .seconds(30)
-        /// WAL pages after which a commit checkpoints (`PRAGMA wal_autocheckpoint`). Default 1000.
+        /// WAL pages after which a writer checkpoints. It hands its turn in the writer queue on
+        /// first, so the writers of other processes commit while it waits for the disk (this
+        /// replaces SQLite's automatic checkpoint, `PRAGMA wal_autocheckpoint`, which would run
+        /// inside `COMMIT`). Default 1000.
         public var checkpointPages: Int = 1000
-        /// The size the WAL file is truncated to after a checkpoint that reset it
-        /// (`PRAGMA journal_size_limit`), which keeps it bounded. Default 4 MiB.
-        public var journalSizeLimit: Int = 4 << 20
+        /// The size the WAL file is truncated to when it starts over after growing past it
+        /// (`PRAGMA journal_size_limit`), which keeps it bounded after a large transaction. Keep it
+        /// above the WAL's usual peak, about 2.3 × ``checkpointPages`` pages (see
+        /// ``SharedDatabase`` on checkpoints): truncating the WAL every time only to grow it again
+        /// costs writers about 5 %. Default 12 MiB.
+        public var journalSizeLimit: Int = 12 << 20
         /// When the WAL file grows past this size (readers that come and go can keep SQLite's
         /// automatic checkpoints from ever restarting it), a writer runs a `RESTART` checkpoint
-        /// after its commit: it waits (up to the busy timeout) for readers of old snapshots to
-        /// finish, so the next commit starts the WAL over. Default 16 MiB.
+        /// after its commit: it waits (up to 50 ms, while the other writers wait) for readers of
+        /// old snapshots to finish, so the next commit starts the WAL over. Default 16 MiB.
         public var walRestartSize: Int = 16 << 20
         /// Reader connections of this process. Default 5.
         public var maximumReaderCount: Int = 5

@@ -6,6 +6,7 @@ import Foundation
 import Baton
 import CBatonShims
 import GRDB
+import GRDBSQLite
 import Synchronization
 
 /// One SQLite database (GRDB, WAL mode) shared by the processes of a ``SharedContainer``.
@@ -67,8 +68,11 @@ public final class SharedDatabase: Sendable {
     private let writerAccesses = Atomic<Int>(0)
     /// Commits of this process (for the periodic WAL size check).
     private let localCommits = Atomic<Int>(0)
-    /// Set while the fast path begins its transaction: SQLite's lock is then tried once.
-    let fastPathActive = InterruptionFlag()
+    /// Set while SQLite's locks are to be tried once, not waited for (the fast path's `BEGIN`, a
+    /// checkpoint's opportunistic restart).
+    let tryOnce = InterruptionFlag()
+    /// Schedules the WAL checkpoints of this process's writer (see ``Checkpointer``).
+    let checkpointer: Checkpointer
     /// Set while a writer runs a `RESTART` checkpoint: SQLite's lock waits are kept short.
     let checkpointing = InterruptionFlag()
     private let state = Mutex(State())
@@ -94,6 +98,7 @@ public final class SharedDatabase: Sendable {
         self.identifier = Self.identifier(ofPath: path)
         self.commitSignal = "baton.db.\(identifier)"
         self.writerQueue = try TicketLock(container, name: "database/\(identifier).queue")
+        self.checkpointer = Checkpointer(pages: configuration.checkpointPages, queue: writerQueue)
     }
 
     deinit {
@@ -212,23 +217,25 @@ public final class SharedDatabase: Sendable {
     func makePool() throws -> DatabasePool {
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
-        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, fastPath: fastPathActive, checkpointing: checkpointing).shouldRetry)
-        // (The fast-path flag also reaches readers, which in WAL mode meet a busy lock only
+        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, tryOnce: tryOnce, checkpointing: checkpointing).shouldRetry)
+        // (The try-once flag also reaches readers, which in WAL mode meet a busy lock only
         // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
         grdb.observesSuspensionNotifications = false
         let settings = configuration
         let flag = interruption
+        let checkpointer = checkpointer
         grdb.prepareDatabase { db in
             flag.install(on: db)
             if !db.configuration.readonly {
                 try SQLiteSettings.persistWAL(db)
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA journal_size_limit = \(settings.journalSizeLimit)")
-                try db.execute(sql: "PRAGMA wal_autocheckpoint = \(settings.checkpointPages)")
             }
             try settings.prepareDatabase?(db)
+            // Last: Baton checkpoints, not SQLite's automatic checkpoint in COMMIT.
+            if !db.configuration.readonly { checkpointer.install(on: db) }
         }
         let pool: DatabasePool
         broadcasting.withLock { $0.installed = false }
@@ -258,6 +265,11 @@ public final class SharedDatabase: Sendable {
 
     /// Writes in one `IMMEDIATE` transaction, after the writers of every process that asked
     /// before (fair queue). Commits when `body` returns, rolls back when it throws.
+    ///
+    /// When no writer of any process is queued, `body` runs on the calling thread, which saves a
+    /// thread hop per write (a quarter of a one-row commit's time). A long transaction then holds
+    /// that thread of Swift's cooperative pool until it commits, as a synchronous GRDB write
+    /// does: start bulk work from a task that may block a thread for that long.
     /// - Parameter body: Runs on the writer connection inside the transaction.
     /// - Returns: What `body` returns.
     /// - Throws: `busy` when the write lock could not be had within
@@ -304,7 +316,10 @@ public final class SharedDatabase: Sendable {
         do {
             // GRDB's synchronous access runs on this thread when the writer queue is idle.
             let outcome = try pool.writeWithoutTransaction { db in
-                try self.immediateTransaction(db, ticket: ticket, fence: fence, body)
+                var plan = Checkpointer.Plan.none
+                let outcome = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
+                if case .checkpoint(let claimed) = plan { self.checkpointer.checkpoint(db, claimed: claimed) }
+                return outcome
             }
             if case .done(let value) = outcome { return value }
             return nil
@@ -323,24 +338,27 @@ public final class SharedDatabase: Sendable {
         _ db: Database,
         ticket: TicketLock.Ticket,
         fence: (any Fence)?,
+        plan: inout Checkpointer.Plan,
         _ body: (Database) throws -> T
     ) throws -> FastOutcome<T> {
-        defer { finishTurn(ticket) }
+        var handOff = false
+        defer { finishTurn(ticket, handOff: handOff) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
-        fastPathActive.set(true)
+        tryOnce.set(true)
         do {
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
-            fastPathActive.set(false)
+            tryOnce.set(false)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
-            fastPathActive.set(false)
+            tryOnce.set(false)
             return .lockedByAnotherProgram
         } catch {
-            fastPathActive.set(false)
+            tryOnce.set(false)
             throw error
         }
         let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
-        boundWAL(db)
+        plan = afterCommit(db)
+        if case .checkpoint = plan { handOff = true }
         return .done(result)
     }
 
@@ -351,11 +369,12 @@ public final class SharedDatabase: Sendable {
     /// after a commit that changed rows.
     private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, announce: Bool, _ body: (Database) throws -> T) throws -> T {
         do {
-            let changesBefore = db.totalChangesCount
+            // (SQLite's counter directly: GRDB's checks the calling queue every time.)
+            let changesBefore = sqlite3_total_changes64(db.sqliteConnection)
             if let fence { try FenceTable.check(fence, in: db) }
             let result = try body(db)
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
-            if announce, db.totalChangesCount != changesBefore {
+            if announce, sqlite3_total_changes64(db.sqliteConnection) != changesBefore {
                 // A table watcher that appeared during the transaction learns of it through
                 // the "some table" signal.
                 announceCommit(tableSignals: writerQueue.watcherCount > 0 ? [anyTableSignal] : [])
@@ -377,7 +396,10 @@ public final class SharedDatabase: Sendable {
         do {
             return try await withTaskCancellationHandler {
                 try await pool.writeWithoutTransaction { db in
-                    try self.writeTransaction(db, fence: fence, cancelled: cancelled, body)
+                    var plan = Checkpointer.Plan.none
+                    let result = try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
+                    if case .checkpoint(let claimed) = plan { self.checkpointer.checkpoint(db, claimed: claimed) }
+                    return result
                 }
             } onCancel: {
                 cancelled.set(true)
@@ -393,6 +415,7 @@ public final class SharedDatabase: Sendable {
         _ db: Database,
         fence: (any Fence)?,
         cancelled: InterruptionFlag,
+        plan: inout Checkpointer.Plan,
         _ body: (Database) throws -> T
     ) throws -> T {
         let ticket = try resumeKeptTurn() ?? writerQueue.acquire(deadline: .after(configuration.busyTimeout)) {
@@ -400,7 +423,8 @@ public final class SharedDatabase: Sendable {
             if self.interruption.isSet { return self.suspendedError("write to") }
             return nil
         }
-        defer { finishTurn(ticket) }
+        var handOff = false
+        defer { finishTurn(ticket, handOff: handOff) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
         let started = ContinuousClock.now
@@ -416,7 +440,8 @@ public final class SharedDatabase: Sendable {
             )
         }
         let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
-        boundWAL(db)
+        plan = afterCommit(db)
+        if case .checkpoint = plan { handOff = true }
         return result
     }
 
@@ -448,10 +473,11 @@ public final class SharedDatabase: Sendable {
         return kept
     }
 
-    /// After a write: keeps the turn for the next write of this process, unless another process
-    /// waits and the turn has lasted its quantum, or the process is suspending.
-    private func finishTurn(_ ticket: TicketLock.Ticket) {
-        if interruption.isSet || writerQueue.shouldYield(ticket) {
+    /// After a write: keeps the turn for the next write of this process, unless it is handed on
+    /// (for a checkpoint), another process waits and the turn has lasted its quantum, or the
+    /// process is suspending.
+    private func finishTurn(_ ticket: TicketLock.Ticket, handOff: Bool) {
+        if handOff || interruption.isSet || writerQueue.shouldYield(ticket) {
             writerQueue.release(ticket)
             return
         }
@@ -466,15 +492,28 @@ public final class SharedDatabase: Sendable {
         if let kept = keptTurn.withLock({ $0.take() }) { writerQueue.releaseKept(kept) }
     }
 
+    /// After a commit, still holding the turn: what to do about checkpoints (see
+    /// ``Checkpointer``). A restart is run here; a checkpoint is run by the caller once the
+    /// turn is handed on.
+    private func afterCommit(_ db: Database) -> Checkpointer.Plan {
+        if interruption.isSet { return .none }
+        let plan = checkpointer.plan()
+        switch plan {
+        case .restart: checkpointer.restart(db, tryOnce: tryOnce)
+        case .none: boundWAL(db)
+        case .checkpoint: break
+        }
+        return plan
+    }
+
     /// After a commit, still holding the writer queue: when the WAL file has grown past
     /// ``Configuration/walRestartSize``, checkpoint with `RESTART` so the next commit starts it
     /// over (and `journal_size_limit` truncates it). Checked every 32nd commit of this process.
     /// (Readers whose transactions always overlap keep SQLite's passive checkpoints from ever
     /// restarting the WAL, so it would grow without bound.)
     private func boundWAL(_ db: Database) {
-        guard localCommits.add(1, ordering: .relaxed).newValue % 32 == 0 else { return }
-        var info = stat()
-        guard stat(path + "-wal", &info) == 0, Int(info.st_size) > configuration.walRestartSize else { return }
+        guard checkpointer.walBytes > configuration.walRestartSize,
+              localCommits.add(1, ordering: .relaxed).newValue % 32 == 0 else { return }
         // Best effort, waiting at most BusyWait.checkpointTimeout for readers of old snapshots
         // (the other writers wait meanwhile); a failed attempt is retried 32 commits later.
         checkpointing.set(true)
