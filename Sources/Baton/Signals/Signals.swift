@@ -89,7 +89,9 @@ public final class Signals: Sendable {
         guard count >= 1, count <= maxNameBytes else {
             throw BatonError(.invalidName, "a signal name must be 1 to \(maxNameBytes) bytes of UTF-8; this one is \(count) bytes")
         }
-        guard !name.utf8.contains(0) else {
+        // (Over the contiguous bytes when the string has them: posting validates every time.)
+        let hasNUL = name.utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? name.utf8.contains(0)
+        guard !hasNUL else {
             throw BatonError(.invalidName, "a signal name may not contain NUL")
         }
     }
