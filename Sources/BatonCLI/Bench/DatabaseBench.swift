@@ -15,17 +15,18 @@ enum DatabaseBench: BenchSuite {
     static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
         let container = try SharedContainer(path: path)
         let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
-        let commits = quick ? 2_000 : 20_000
+        let commits = quick ? 2_000 : 60_000
         let rounds = quick ? 200 : 1_000
         let rawPath = path + "/raw.sqlite", batonPath = path + "/baton.sqlite"
         // Create both databases first (the Baton one through its migrator).
         _ = try await SharedDatabase.open(at: batonPath, container: container, migrator: migrator)
         try RawSQLite(path: rawPath).close()
 
-        // Alternate raw and Baton runs, twice each, so that load from other processes of the
-        // machine hits both sides alike: best rate, worst wait and fairness of the two runs.
+        // Alternate raw and Baton runs, three times each, so that load from other processes of the
+        // machine (and the disk's moods: a checkpoint's fsync takes 3 to 8 ms here) hits both
+        // sides alike: best rate, worst wait and fairness of the runs.
         var raw1 = WriterFigures.none, baton1 = WriterFigures.none, raw4 = WriterFigures.none, baton4 = WriterFigures.none
-        for _ in 0..<2 {
+        for _ in 0..<(quick ? 1 : 3) {
             raw1 = raw1.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 1, commits: commits))
             baton1 = baton1.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 1, commits: commits))
             raw4 = raw4.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 4, commits: commits / 4))
@@ -45,7 +46,7 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "commit_to_observer_p99_ms", value: percentile(batonLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run twice, alternating raw and Baton; rate = total / wall time (best run); longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run three times, alternating raw and Baton; rate = total / wall time (best run); longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
@@ -107,6 +108,31 @@ enum DatabaseBench: BenchSuite {
         return WriterFigures(rate: total / (Double(end - start) / 1e9), longestWait: longest, fairness: fairness)
     }
 
+    /// A plain GRDB `DatabasePool` with the shared database's SQLite settings and no Baton: what
+    /// GRDB itself costs a writer (the benchmark's middle figure).
+    static func plainPool(path: String) throws -> DatabasePool {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(5)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        try pool.write { db in
+            try db.execute(sql: "CREATE TABLE IF NOT EXISTS bench (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, stamp INTEGER NOT NULL)")
+        }
+        return pool
+    }
+
+    /// One single-row transaction on the plain pool, on the calling thread (as the shared
+    /// database's fast path writes).
+    static func plainInsert(_ pool: DatabasePool, writer: Int64, stamp: UInt64) throws {
+        try pool.writeWithoutTransaction { db in
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (?, ?)").execute(arguments: [writer, Int64(bitPattern: stamp)])
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        }
+    }
+
     /// Paced commits from this process; the observer worker reports each latency.
     private static func observerLatency(mode: String, path: String, container: SharedContainer, containerPath: String, shm: MappedFile, rounds: Int) async throws -> [Double] {
         let wake = shm.pointer.assumingMemoryBound(to: UInt32.self)
@@ -143,7 +169,7 @@ enum DatabaseBench: BenchSuite {
         let container = try SharedContainer(path: path)
         let databasePath = arguments[1]
         switch arguments[0] {
-        case "raw-write", "baton-write":
+        case "raw-write", "baton-write", "grdb-write":
             let commits = Int(arguments[2]) ?? 0
             let writer = Int64(arguments[3]) ?? 0
             var finishTimes: [UInt64] = []
@@ -151,6 +177,7 @@ enum DatabaseBench: BenchSuite {
             var longest: UInt64 = 0
             let database = arguments[0] == "baton-write" ? try await SharedDatabase.open(at: databasePath, container: container, migrator: migrator) : nil
             let raw = arguments[0] == "raw-write" ? try RawSQLite(path: databasePath) : nil
+            let pool = arguments[0] == "grdb-write" ? try plainPool(path: databasePath) : nil
             emit("ready")
             _ = readStandardInputLine()
             for _ in 0..<commits {
@@ -161,6 +188,8 @@ enum DatabaseBench: BenchSuite {
                     }
                 } else if let raw {
                     try raw.insert(writer: writer, stampNow: false, stamp: begin)
+                } else if let pool {
+                    try plainInsert(pool, writer: writer, stamp: begin)
                 }
                 let end = monotonicNanoseconds()
                 longest = max(longest, end - begin)
