@@ -236,6 +236,7 @@ struct ChannelTestCommand: AsyncParsableCommand {
         @OptionGroup var channel: ChannelOptions
 
         func run() async throws {
+            TerminationSignal.prepare()
             let channel = try self.channel.open()
             emit("ready")
             guard let delivery = try await channel.takeUnacknowledged(deadline: .never) else { return }

@@ -70,6 +70,7 @@ extension InboxCommand {
         @Option(help: "Give up acquiring the role after this many seconds.") var timeout: Double = 30
 
         func run() async throws {
+            TerminationSignal.prepare()
             let container = try options.container.open()
             let inbox = try await options.open()
             let role = try Role(container, name: inbox.configuration.roleName)

@@ -26,6 +26,7 @@ struct LifecycleCommand: AsyncParsableCommand {
         @Option(help: "Stop after this many seconds (default: run until SIGTERM/SIGINT).") var seconds: Double?
 
         func run() async throws {
+            TerminationSignal.prepare()
             let monitor = try NetlinkReachability()
             let messages = monitor.messages()
             let updates = monitor.updates()
@@ -121,6 +122,7 @@ struct LifecycleCommand: AsyncParsableCommand {
         @Option(help: "Keep-alive ping interval in seconds.") var keepAlive: Double = 5
 
         func run() async throws {
+            TerminationSignal.prepare()
             let container = try options.open()
             let permit: any ConnectionPermit
             if let role {

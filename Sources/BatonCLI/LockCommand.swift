@@ -18,6 +18,7 @@ struct LockCommand: AsyncParsableCommand {
         @Option(help: "Release after this many seconds instead of waiting for a signal.") var hold: Double?
 
         func run() async throws {
+            TerminationSignal.prepare()
             let lock = try FileLock(try options.open(), name: name)
             let held: HeldFileLock
             do {

@@ -19,6 +19,7 @@ struct PresenceCommand: AsyncParsableCommand {
         @Option(help: "What this process is (app, extension, ...).") var kind: String
 
         func run() async throws {
+            TerminationSignal.prepare()
             let container = try options.open()
             let registration = try container.presence.register(kind: kind)
             emit("registered id=\(registration.record.id) pid=\(registration.record.pid)")

@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -11,34 +12,46 @@ import Darwin
 #endif
 
 /// Waits for SIGTERM or SIGINT without blocking a thread.
+///
+/// Call ``prepare()`` first thing in a command that waits for it: a signal that arrives before
+/// the handlers are in place would kill the process (a test may send SIGTERM as soon as the
+/// command says it is ready, while its main task has not reached ``wait()`` yet).
 enum TerminationSignal {
+    private static let state = Mutex<(fired: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
+    private static let installed: Void = {
+        let queue = DispatchQueue(label: "baton.termination")
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { TerminationSignal.fire() }
+            source.resume()
+            sources.append(source)
+        }
+    }()
+
+    /// Catches SIGTERM and SIGINT from now on (idempotent).
+    static func prepare() { _ = installed }
+
+    /// Returns once SIGTERM or SIGINT has arrived (since ``prepare()``).
     static func wait() async {
+        prepare()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let queue = DispatchQueue(label: "baton.termination")
-            let once = Once(continuation)
-            for number in [SIGTERM, SIGINT] {
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { once.fire() }
-                source.resume()
-                Retained.keep(source)
+            let fired = state.withLock { state -> Bool in
+                if !state.fired { state.waiters.append(continuation) }
+                return state.fired
             }
+            if fired { continuation.resume() }
         }
     }
 
-    private final class Once: @unchecked Sendable {
-        // @unchecked: only touched on the serial `baton.termination` queue.
-        var continuation: CheckedContinuation<Void, Never>?
-        init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = continuation }
-        func fire() {
-            continuation?.resume()
-            continuation = nil
+    private static func fire() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.fired = true
+            defer { state.waiters = [] }
+            return state.waiters
         }
-    }
-
-    private enum Retained {
-        nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
-        static func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+        for waiter in waiters { waiter.resume() }
     }
 }
 

@@ -56,12 +56,18 @@ struct ContainerTests {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
         process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", ChildProcess.executable,
                              "presence", "list", "--container", readOnly]
-        let errors = Pipe()
+        // Standard error goes to a file, not a pipe: a child that another test spawns meanwhile
+        // may inherit the pipe's write end and keep it open, and reading to the end would then
+        // block this test (and a thread of the shared pool) until that child exits.
+        let errorsPath = directory.path + "/stderr.txt"
+        #expect(FileManager.default.createFile(atPath: errorsPath, contents: nil))
+        let errors = try FileHandle(forWritingTo: URL(fileURLWithPath: errorsPath))
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         process.waitUntilExit()
-        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        try errors.close()
+        let message = (try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? ""
         if message.contains("failed to execute") {
             // The checkout is not reachable by an unprivileged user here; nothing to check.
             return
