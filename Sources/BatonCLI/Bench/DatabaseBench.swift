@@ -22,13 +22,17 @@ enum DatabaseBench: BenchSuite {
         _ = try await SharedDatabase.open(at: batonPath, container: container, migrator: migrator)
         try RawSQLite(path: rawPath).close()
 
-        // Alternate raw and Baton runs, three times each, so that load from other processes of the
+        // Alternate raw and Baton runs, five times each, so that load from other processes of the
         // machine (and the disk's moods: a checkpoint's fsync takes 3 to 8 ms here) hits both
         // sides alike: best rate, worst wait and fairness of the runs.
         var raw1 = WriterFigures.none, baton1 = WriterFigures.none, raw4 = WriterFigures.none, baton4 = WriterFigures.none
-        for _ in 0..<(quick ? 1 : 3) {
+        var grdb1 = WriterFigures.none
+        let grdbPath = path + "/grdb.sqlite"
+        try plainPool(path: grdbPath).close()
+        for _ in 0..<(quick ? 1 : 5) {
             raw1 = raw1.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 1, commits: commits))
             baton1 = baton1.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 1, commits: commits))
+            grdb1 = grdb1.merged(try writers(mode: "grdb-write", path: grdbPath, container: path, processes: 1, commits: commits))
             raw4 = raw4.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 4, commits: commits / 4))
             baton4 = baton4.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 4, commits: commits / 4))
         }
@@ -38,6 +42,7 @@ enum DatabaseBench: BenchSuite {
 
         let results = [
             BenchResult(name: "commits_per_s_1_writer", value: baton1.rate, unit: "commits/s", floorName: "raw_sqlite_1_writer", floor: raw1.rate),
+            BenchResult(name: "commits_per_s_1_writer_vs_grdb", value: baton1.rate, unit: "commits/s", floorName: "plain_grdb_pool_1_writer", floor: grdb1.rate),
             BenchResult(name: "commits_per_s_4_writers", value: baton4.rate, unit: "commits/s", floorName: "baton_1_writer", floor: baton1.rate),
             BenchResult(name: "commits_per_s_4_writers_vs_raw", value: baton4.rate, unit: "commits/s", floorName: "raw_sqlite_4_writers", floor: raw4.rate),
             BenchResult(name: "longest_wait_4_writers_ms", value: baton4.longestWait, unit: "ms", floorName: "raw_sqlite_4_writers_longest_wait_ms", floor: raw4.longestWait),
@@ -46,9 +51,12 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "commit_to_observer_p99_ms", value: percentile(batonLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run three times, alternating raw and Baton; rate = total / wall time (best run); longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+            "ratios_by_run_1_writer_vs_raw": baton1.ratios(over: raw1),
+            "ratios_by_run_1_writer_vs_grdb": baton1.ratios(over: grdb1),
+            "ratios_by_run_4_writers_vs_1": baton4.ratios(over: baton1),
         ])
     }
 
@@ -61,20 +69,38 @@ enum DatabaseBench: BenchSuite {
     }
 
     struct WriterFigures {
-        var rate: Double
+        /// The rate of every run, in order.
+        var rates: [Double]
         var longestWait: Double
         var fairness: Double
 
-        static let none = WriterFigures(rate: 0, longestWait: 0, fairness: 1)
+        static let none = WriterFigures(rates: [], longestWait: 0, fairness: 1)
 
-        /// Best rate, worst longest wait, worst fairness.
+        /// The median rate: the disk's fsync times vary from run to run, and a checkpoint's
+        /// sync is in a lone writer's path but overlapped with several writers, so the best of
+        /// several runs would favour whichever configuration varies more.
+        var rate: Double {
+            let sorted = rates.sorted()
+            guard !sorted.isEmpty else { return 0 }
+            return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        }
+
+        /// Every rate, worst longest wait, worst fairness.
         func merged(_ other: WriterFigures) -> WriterFigures {
-            WriterFigures(rate: max(rate, other.rate), longestWait: max(longestWait, other.longestWait), fairness: min(fairness, other.fairness))
+            WriterFigures(rates: rates + other.rates, longestWait: max(longestWait, other.longestWait), fairness: min(fairness, other.fairness))
+        }
+
+        /// This configuration's rate over `floor`'s, run by run (the runs alternate).
+        func ratios(over floor: WriterFigures) -> String {
+            zip(rates, floor.rates).map { String(Double(Int(($0 / $1) * 100 + 0.5)) / 100) }.joined(separator: " ")
         }
     }
 
     /// Starts `processes` writers, lets them go together, collects their figures.
     private static func writers(mode: String, path: String, container: String, processes: Int, commits: Int) throws -> WriterFigures {
+        // Every run starts with no dirty page left by the one before (its WAL tail), so that
+        // the kernel's writeback of one configuration's data does not land in another's run.
+        sync()
         let workers = try (0..<processes).map { index in
             try WorkerProcess(suite: name, container: container, arguments: [mode, path, String(commits), String(index)])
         }
@@ -105,7 +131,7 @@ enum DatabaseBench: BenchSuite {
         let total = Double(commits * processes)
         let fairShare = shares.reduce(0, +) / Double(max(processes, 1))
         let fairness = fairShare > 0 ? (shares.min() ?? 0) / fairShare : 0
-        return WriterFigures(rate: total / (Double(end - start) / 1e9), longestWait: longest, fairness: fairness)
+        return WriterFigures(rates: [total / (Double(end - start) / 1e9)], longestWait: longest, fairness: fairness)
     }
 
     /// A plain GRDB `DatabasePool` with the shared database's SQLite settings and no Baton: what
