@@ -73,7 +73,7 @@ extension SharedDatabase {
         let sequence = writerQueue.bumpSequence()
         // A signal is a doorbell: the data is committed already, and observers also poll
         // `data_version`, so a failed post (a full signal table) delays a refresh, loses nothing.
-        guard let signals = try? container.signals else { return }
+        guard let signals = commitSignals ?? (try? container.signals) else { return }
         for name in tableSignals { try? signals.post(name, state: sequence) }
         try? signals.post(commitSignal, state: sequence)
     }

@@ -62,6 +62,10 @@ public final class SharedDatabase: Sendable {
         var installed = false
     }
     private let broadcasting = Mutex(Broadcasting())
+    /// `broadcasting.installed`, readable without the lock (checked before every write).
+    private let broadcastingInstalled = Atomic<Bool>(false)
+    /// The container's signals, for ringing commits (resolved once: every commit rings).
+    let commitSignals: Signals?
     let interruption = InterruptionFlag()
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
@@ -99,6 +103,7 @@ public final class SharedDatabase: Sendable {
         self.commitSignal = "baton.db.\(identifier)"
         self.writerQueue = try TicketLock(container, name: "database/\(identifier).queue")
         self.checkpointer = Checkpointer(pages: configuration.checkpointPages, queue: writerQueue)
+        self.commitSignals = try? container.signals
     }
 
     deinit {
@@ -239,6 +244,7 @@ public final class SharedDatabase: Sendable {
         }
         let pool: DatabasePool
         broadcasting.withLock { $0.installed = false }
+        broadcastingInstalled.store(false, ordering: .relaxed)
         do {
             pool = try DatabasePool(path: path, configuration: grdb)
         } catch {
@@ -450,11 +456,13 @@ public final class SharedDatabase: Sendable {
     /// queue). Returns whether it is added.
     private func trackTablesIfWatched(_ db: Database) -> Bool {
         let wanted = writerQueue.watcherCount > 0
+        if !wanted && !broadcastingInstalled.load(ordering: .relaxed) { return false }
         let change = broadcasting.withLock { broadcasting -> (add: Bool, observer: CommitBroadcaster)? in
             guard wanted != broadcasting.installed else { return nil }
             let observer = broadcasting.observer ?? CommitBroadcaster(database: self)
             broadcasting.observer = observer
             broadcasting.installed = wanted
+            broadcastingInstalled.store(wanted, ordering: .relaxed)
             return (wanted, observer)
         }
         if let change {

@@ -24,17 +24,27 @@ enum DatabaseBench: BenchSuite {
 
         // Alternate raw and Baton runs, five times each, so that load from other processes of the
         // machine (and the disk's moods: a checkpoint's fsync takes 3 to 8 ms here) hits both
-        // sides alike: best rate, worst wait and fairness of the runs.
+        // sides alike: median rate, worst wait and fairness of the runs.
         var raw1 = WriterFigures.none, baton1 = WriterFigures.none, raw4 = WriterFigures.none, baton4 = WriterFigures.none
         var grdb1 = WriterFigures.none
-        let grdbPath = path + "/grdb.sqlite"
-        try plainPool(path: grdbPath).close()
+        // Every run writes into a new database, so that runs measure the same thing (the
+        // databases of earlier runs would grow unevenly).
+        func run(_ mode: String, _ processes: Int) async throws -> WriterFigures {
+            let runPath = path + "/run-\(mode)-\(processes).sqlite"
+            switch mode {
+            case "raw-write": try RawSQLite(path: runPath).close()
+            case "grdb-write": try plainPool(path: runPath).close()
+            default: _ = try await SharedDatabase.open(at: runPath, container: container, migrator: migrator)
+            }
+            defer { for suffix in ["", "-wal", "-shm"] { unlink(runPath + suffix) } }
+            return try writers(mode: mode, path: runPath, container: path, processes: processes, commits: commits / processes)
+        }
         for _ in 0..<(quick ? 1 : 5) {
-            raw1 = raw1.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 1, commits: commits))
-            baton1 = baton1.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 1, commits: commits))
-            grdb1 = grdb1.merged(try writers(mode: "grdb-write", path: grdbPath, container: path, processes: 1, commits: commits))
-            raw4 = raw4.merged(try writers(mode: "raw-write", path: rawPath, container: path, processes: 4, commits: commits / 4))
-            baton4 = baton4.merged(try writers(mode: "baton-write", path: batonPath, container: path, processes: 4, commits: commits / 4))
+            raw1 = raw1.merged(try await run("raw-write", 1))
+            baton1 = baton1.merged(try await run("baton-write", 1))
+            grdb1 = grdb1.merged(try await run("grdb-write", 1))
+            raw4 = raw4.merged(try await run("raw-write", 4))
+            baton4 = baton4.merged(try await run("baton-write", 4))
         }
 
         let rawLatency = try await observerLatency(mode: "raw", path: rawPath, container: container, containerPath: path, shm: shm, rounds: rounds)
@@ -51,7 +61,7 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "commit_to_observer_p99_ms", value: percentile(batonLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "ratios_by_run_1_writer_vs_raw": baton1.ratios(over: raw1),
