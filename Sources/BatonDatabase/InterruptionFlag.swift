@@ -1,3 +1,4 @@
+import CBatonShims
 import GRDB
 import GRDBSQLite
 import Synchronization
@@ -6,27 +7,32 @@ import Synchronization
 /// progress handler, it makes every statement that runs after the flag was set fail with
 /// `SQLITE_INTERRUPT` (which rolls back a write transaction). Unlike `sqlite3_interrupt`, it
 /// also stops statements that start after the flag was set.
-final class InterruptionFlag: Sendable {
-    private let value = Atomic<Bool>(false)
+final class InterruptionFlag: @unchecked Sendable {
+    // @unchecked: the flag is one 32-bit word read and written only with atomic operations (so
+    // that SQLite's progress handler, plain C, can read it).
+    private let word: UnsafeMutablePointer<UInt32>
 
     /// Virtual machine steps between two checks of the flag. Small enough that even a one-row
     /// INSERT (about 20 steps) checks it at least once: `sqlite3_interrupt` is a no-op between
     /// statements, so a write made of many short statements would otherwise slip past a
-    /// suspension. The check is one relaxed atomic load.
+    /// suspension. The check is one relaxed atomic load in C (`baton_flag_progress_handler`).
     static let checkInterval: Int32 = 8
 
-    var isSet: Bool { value.load(ordering: .relaxed) }
+    init() {
+        word = .allocate(capacity: 1)
+        word.initialize(to: 0)
+    }
 
-    func set(_ newValue: Bool) { value.store(newValue, ordering: .relaxed) }
+    deinit { word.deallocate() }
+
+    var isSet: Bool { baton_load32(word) != 0 }
+
+    func set(_ newValue: Bool) { baton_store32(word, newValue ? 1 : 0) }
 
     /// Installs the flag as `db`'s progress handler. The flag must outlive the connection (the
     /// shared database owns both, and closes its connections first).
     func install(on db: Database) {
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        sqlite3_progress_handler(db.sqliteConnection, Self.checkInterval, { context in
-            guard let context else { return 0 }
-            return Unmanaged<InterruptionFlag>.fromOpaque(context).takeUnretainedValue().isSet ? 1 : 0
-        }, context)
+        sqlite3_progress_handler(db.sqliteConnection, Self.checkInterval, baton_flag_progress_handler, UnsafeMutableRawPointer(word))
     }
 }
 

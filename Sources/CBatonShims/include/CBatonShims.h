@@ -110,6 +110,13 @@ static inline int baton_fcntl_int(int fd, int cmd, int arg) { return fcntl(fd, c
 // Atomics on memory mapped from a file shared with other processes.
 static inline uint32_t baton_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static inline void baton_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+
+/// An SQLite progress handler (`sqlite3_progress_handler`): nonzero, which interrupts the
+/// statement, while the 32-bit flag `context` points to is nonzero. Plain C: SQLite calls it every
+/// few virtual-machine steps of every statement, where a Swift closure's thunk would cost more.
+static inline int baton_flag_progress_handler(void *context) {
+    return __atomic_load_n((const uint32_t *)context, __ATOMIC_RELAXED) != 0;
+}
 static inline uint32_t baton_add32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline uint32_t baton_sub32(uint32_t *p, uint32_t v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
 static inline int baton_cas32(uint32_t *p, uint32_t expected, uint32_t desired) {
