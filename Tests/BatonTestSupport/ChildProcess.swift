@@ -131,11 +131,16 @@ package final class ChildProcess: Sendable {
     package func signal(_ number: Int32) { Glibc.kill(pid, number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
+    /// Then waits (a second at most) for the reader thread to reach the end of the child's
+    /// output, so that ``lines`` holds everything the child printed.
     @discardableResult
     package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let status = reap(blocking: false) { return status }
+            if let status = reap(blocking: false) {
+                for _ in 0..<200 where !outputClosed { try await Task.sleep(for: .milliseconds(5)) }
+                return status
+            }
             try await Task.sleep(for: .milliseconds(5))
         }
         throw TestFailure("baton \(arguments.joined(separator: " ")) did not exit within \(timeout)s")
@@ -165,8 +170,6 @@ package final class ChildProcess: Sendable {
 package func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
     let child = try ChildProcess(arguments, container: container)
     let status = try await child.wait(timeout: timeout)
-    // Give the reader thread a moment to drain the pipe.
-    for _ in 0..<200 where !child.outputClosed { try await Task.sleep(for: .milliseconds(5)) }
     return (status, child.lines, child.errorLines)
 }
 
