@@ -45,6 +45,12 @@ final class Checkpointer: Sendable {
         case checkpoint(claimed: UInt32)
         /// ``restart(_:tryOnce:)`` now, in the turn.
         case restart
+
+        /// Whether the writer hands its turn on after this commit (to checkpoint).
+        var handsTurnOn: Bool {
+            if case .checkpoint = self { return true }
+            return false
+        }
     }
 
     /// Checkpoint cycles between two restarts of the WAL (one restart per cycle would cost the
@@ -123,6 +129,11 @@ final class Checkpointer: Sendable {
             return .restart
         }
         return .none
+    }
+
+    /// Runs the checkpoint `plan` claimed, if it claimed one (after the turn was handed on).
+    func runClaimed(_ plan: Plan, on db: Database) {
+        if case .checkpoint(let claimed) = plan { checkpoint(db, claimed: claimed) }
     }
 
     /// Runs the claimed `PASSIVE` checkpoint (after the turn was handed on), then records that

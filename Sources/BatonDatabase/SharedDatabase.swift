@@ -324,7 +324,7 @@ public final class SharedDatabase: Sendable {
             let outcome = try pool.writeWithoutTransaction { db in
                 var plan = Checkpointer.Plan.none
                 let outcome = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                if case .checkpoint(let claimed) = plan { self.checkpointer.checkpoint(db, claimed: claimed) }
+                self.checkpointer.runClaimed(plan, on: db)
                 return outcome
             }
             if case .done(let value) = outcome { return value }
@@ -347,8 +347,7 @@ public final class SharedDatabase: Sendable {
         plan: inout Checkpointer.Plan,
         _ body: (Database) throws -> T
     ) throws -> FastOutcome<T> {
-        var handOff = false
-        defer { finishTurn(ticket, handOff: handOff) }
+        defer { finishTurn(ticket, handOff: plan.handsTurnOn) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
         tryOnce.set(true)
@@ -364,7 +363,6 @@ public final class SharedDatabase: Sendable {
         }
         let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
         plan = afterCommit(db)
-        if case .checkpoint = plan { handOff = true }
         return .done(result)
     }
 
@@ -404,7 +402,7 @@ public final class SharedDatabase: Sendable {
                 try await pool.writeWithoutTransaction { db in
                     var plan = Checkpointer.Plan.none
                     let result = try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
-                    if case .checkpoint(let claimed) = plan { self.checkpointer.checkpoint(db, claimed: claimed) }
+                    self.checkpointer.runClaimed(plan, on: db)
                     return result
                 }
             } onCancel: {
@@ -429,8 +427,7 @@ public final class SharedDatabase: Sendable {
             if self.interruption.isSet { return self.suspendedError("write to") }
             return nil
         }
-        var handOff = false
-        defer { finishTurn(ticket, handOff: handOff) }
+        defer { finishTurn(ticket, handOff: plan.handsTurnOn) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
         let started = ContinuousClock.now
@@ -447,7 +444,6 @@ public final class SharedDatabase: Sendable {
         }
         let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
         plan = afterCommit(db)
-        if case .checkpoint = plan { handOff = true }
         return result
     }
 
@@ -514,9 +510,10 @@ public final class SharedDatabase: Sendable {
         return plan
     }
 
-    /// After a commit, still holding the writer queue: when the WAL file has grown past
+    /// After a commit, still holding the writer queue: when the WAL has grown past
     /// ``Configuration/walRestartSize``, checkpoint with `RESTART` so the next commit starts it
-    /// over (and `journal_size_limit` truncates it). Checked every 32nd commit of this process.
+    /// over (and `journal_size_limit` truncates it). Tried every 32nd commit of this process
+    /// while the WAL stays that long.
     /// (Readers whose transactions always overlap keep SQLite's passive checkpoints from ever
     /// restarting the WAL, so it would grow without bound.)
     private func boundWAL(_ db: Database) {
