@@ -281,8 +281,13 @@ public final class SharedDatabase: Sendable {
     /// - Throws: `busy` when the write lock could not be had within
     ///   ``Configuration/busyTimeout`` (naming the holder when known); `suspended`; `notWritable`
     ///   for a read-only database; `CancellationError`; what `body` throws.
+    @inlinable
     public func write<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
-        try await performWrite(fence: nil, body)
+        // The result goes through a local, so that the write path itself is not generic
+        // (unspecialized generic code pays for type metadata and witness calls on every write).
+        nonisolated(unsafe) var result: T?
+        try await performWrite(fence: nil) { db in result = try body(db) }
+        return result!
     }
 
     /// Writes like ``write(_:)``, but only if `fence` is still current: in the same transaction
@@ -295,58 +300,58 @@ public final class SharedDatabase: Sendable {
     /// - Returns: What `body` returns.
     /// - Throws: `fenced` (its cause is a ``FenceConflict`` with the current epoch), and what
     ///   ``write(_:)`` throws.
+    @inlinable
     public func write<T: Sendable>(fencedBy fence: some Fence, _ body: @Sendable (Database) throws -> T) async throws -> T {
-        try await performWrite(fence: fence, body)
+        nonisolated(unsafe) var result: T?
+        try await performWrite(fence: fence) { db in result = try body(db) }
+        return result!
     }
 
-    private func performWrite<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
+    /// The write path of ``write(_:)`` and ``write(fencedBy:_:)``: `body` has run, in a
+    /// committed transaction, when this returns.
+    @usableFromInline
+    func performWrite(fence: (any Fence)?, _ body: @Sendable (Database) throws -> Void) async throws {
         let pool = try enter(writing: true)
         defer { leave() }
-        if let value = try fastWrite(pool, fence: fence, body) { return value }
+        if try fastWrite(pool, fence: fence, body) { return }
         writerAccesses.add(1, ordering: .acquiringAndReleasing)
         defer { writerAccesses.subtract(1, ordering: .releasing) }
-        return try await queuedWrite(pool, fence: fence, body)
+        try await queuedWrite(pool, fence: fence, body)
     }
 
     /// The fast path: when no writer of any process holds or waits for the writer queue and
     /// this process's writer connection is idle, write on the calling thread. It cannot block
-    /// for long: the queue is free, and SQLite's lock is tried once. Returns `nil` when the
+    /// for long: the queue is free, and SQLite's lock is tried once. Returns `false` when the
     /// queued path must be taken (someone is queued, or a connection that does not use Baton
     /// holds SQLite's lock).
-    private func fastWrite<T>(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> T) throws -> T? {
+    private func fastWrite(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> Void) throws -> Bool {
         guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else {
-            return nil
+            return false
         }
         defer { writerAccesses.subtract(1, ordering: .releasing) }
-        guard let ticket = resumeKeptTurn() ?? writerQueue.tryAcquire() else { return nil }
+        guard let ticket = resumeKeptTurn() ?? writerQueue.tryAcquire() else { return false }
         do {
             // GRDB's synchronous access runs on this thread when the writer queue is idle.
-            let outcome = try pool.writeWithoutTransaction { db in
+            return try pool.writeWithoutTransaction { db in
                 var plan = Checkpointer.Plan.none
-                let outcome = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
+                let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
                 self.checkpointer.runClaimed(plan, on: db)
-                return outcome
+                return done
             }
-            if case .done(let value) = outcome { return value }
-            return nil
         } catch {
             throw translate(error)
         }
     }
 
-    private enum FastOutcome<T> {
-        case done(T)
-        case lockedByAnotherProgram
-    }
-
-    /// The fast path's transaction, on the calling thread, holding `ticket`.
-    private func immediateTransaction<T>(
+    /// The fast path's transaction, on the calling thread, holding `ticket`. Returns `false`
+    /// when a connection that does not use Baton holds SQLite's write lock.
+    private func immediateTransaction(
         _ db: Database,
         ticket: TicketLock.Ticket,
         fence: (any Fence)?,
         plan: inout Checkpointer.Plan,
-        _ body: (Database) throws -> T
-    ) throws -> FastOutcome<T> {
+        _ body: (Database) throws -> Void
+    ) throws -> Bool {
         defer { finishTurn(ticket, handOff: plan.handsTurnOn) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
@@ -356,14 +361,14 @@ public final class SharedDatabase: Sendable {
             tryOnce.set(false)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
             tryOnce.set(false)
-            return .lockedByAnotherProgram
+            return false
         } catch {
             tryOnce.set(false)
             throw error
         }
-        let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
+        try finishTransaction(db, fence: fence, announce: !tracked, body)
         plan = afterCommit(db)
-        return .done(result)
+        return true
     }
 
     /// Runs the fence check and `body` in the transaction `db` has begun, then commits; rolls
@@ -371,19 +376,18 @@ public final class SharedDatabase: Sendable {
     /// parses them on every call.)
     /// With `announce` (no ``CommitBroadcaster`` on the connection), rings the commit signal
     /// after a commit that changed rows.
-    private func finishTransaction<T>(_ db: Database, fence: (any Fence)?, announce: Bool, _ body: (Database) throws -> T) throws -> T {
+    private func finishTransaction(_ db: Database, fence: (any Fence)?, announce: Bool, _ body: (Database) throws -> Void) throws {
         do {
             // (SQLite's counter directly: GRDB's checks the calling queue every time.)
             let changesBefore = sqlite3_total_changes64(db.sqliteConnection)
             if let fence { try FenceTable.check(fence, in: db) }
-            let result = try body(db)
+            try body(db)
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
             if announce, sqlite3_total_changes64(db.sqliteConnection) != changesBefore {
                 // A table watcher that appeared during the transaction learns of it through
                 // the "some table" signal.
                 announceCommit(tableSignals: writerQueue.watcherCount > 0 ? [anyTableSignal] : [])
             }
-            return result
         } catch {
             if db.isInsideTransaction { try? db.rollback() }
             throw error
@@ -391,19 +395,18 @@ public final class SharedDatabase: Sendable {
     }
 
     /// The queued path: on GRDB's writer queue, wait for a ticket, then write.
-    private func queuedWrite<T: Sendable>(
+    private func queuedWrite(
         _ pool: DatabasePool,
         fence: (any Fence)?,
-        _ body: @Sendable (Database) throws -> T
-    ) async throws -> T {
+        _ body: @Sendable (Database) throws -> Void
+    ) async throws {
         let cancelled = InterruptionFlag()
         do {
-            return try await withTaskCancellationHandler {
+            try await withTaskCancellationHandler {
                 try await pool.writeWithoutTransaction { db in
                     var plan = Checkpointer.Plan.none
-                    let result = try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
+                    try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
                     self.checkpointer.runClaimed(plan, on: db)
-                    return result
                 }
             } onCancel: {
                 cancelled.set(true)
@@ -415,13 +418,13 @@ public final class SharedDatabase: Sendable {
     }
 
     /// Runs on the writer connection: queue, `BEGIN IMMEDIATE`, fence, body, commit.
-    private func writeTransaction<T>(
+    private func writeTransaction(
         _ db: Database,
         fence: (any Fence)?,
         cancelled: InterruptionFlag,
         plan: inout Checkpointer.Plan,
-        _ body: (Database) throws -> T
-    ) throws -> T {
+        _ body: (Database) throws -> Void
+    ) throws {
         let ticket = try resumeKeptTurn() ?? writerQueue.acquire(deadline: .after(configuration.busyTimeout)) {
             if cancelled.isSet { return CancellationError() }
             if self.interruption.isSet { return self.suspendedError("write to") }
@@ -442,9 +445,8 @@ public final class SharedDatabase: Sendable {
                 cause: error
             )
         }
-        let result = try finishTransaction(db, fence: fence, announce: !tracked, body)
+        try finishTransaction(db, fence: fence, announce: !tracked, body)
         plan = afterCommit(db)
-        return result
     }
 
     /// Adds the commit broadcaster to the writer connection while some process watches the
