@@ -127,7 +127,7 @@ struct CheckpointTests {
         let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
         #expect(try await count(database) == 8_000)
         // 8,000 commits without restarts would make a WAL of 8,000 frames (33 MB).
-        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        let wal = try walSize(path)
         #expect(wal <= 8 << 20, "WAL is \(wal) bytes")
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")

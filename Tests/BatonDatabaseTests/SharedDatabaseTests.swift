@@ -37,6 +37,11 @@ func count(_ database: SharedDatabase, _ sql: String = "SELECT count(*) FROM ite
     try await database.read { db in try Int.fetchOne(db, sql: sql) ?? -1 }
 }
 
+/// The size of the database's WAL file (0 when there is none).
+func walSize(_ databasePath: String) throws -> Int {
+    try FileManager.default.attributesOfItem(atPath: databasePath + "-wal")[.size] as? Int ?? 0
+}
+
 /// A fence backed by a real file holding the current epoch (stands in for a role's lease).
 struct FileEpochFence: Fence {
     let file: String
@@ -85,7 +90,7 @@ struct SharedDatabaseTests {
             #expect(try await count(database, "SELECT count(DISTINCT seq) FROM item WHERE writer = \(writer)") == 2_000)
         }
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
-        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        let wal = try walSize(path)
         #expect(wal <= 16 << 20, "the WAL stays within its size bound (\(wal) bytes)")
     }
 
@@ -121,7 +126,7 @@ struct SharedDatabaseTests {
         }
         stop.value.store(true, ordering: .relaxed)
         for reader in readers { try await reader.value }
-        let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+        let wal = try walSize(path)
         #expect(wal <= 3 << 20, "WAL is \(wal) bytes after 6 MB of commits")
     }
 
