@@ -155,16 +155,13 @@ final class Checkpointer: Sendable {
     }
 
     /// Runs a `RESTART` checkpoint in the turn, trying SQLite's locks once (`tryOnce` is set
-    /// meanwhile, for the busy handler). Returns whether the next commit starts the WAL over.
-    @discardableResult
-    func restart(_ db: Database, tryOnce: InterruptionFlag) -> Bool {
+    /// meanwhile, for the busy handler). When it fails, the next restart is put off.
+    func restart(_ db: Database, tryOnce: InterruptionFlag) {
         var log: Int32 = 0, done: Int32 = 0
         tryOnce.set(true)
         let code = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_RESTART, &log, &done)
         tryOnce.set(false)
-        if code == SQLITE_OK && log == done { return true }
-        restartFailed()
-        return false
+        if code != SQLITE_OK || log != done { restartFailed() }
     }
 
     /// Puts off the next restart until the WAL has grown by a quarter of `checkpointPages`.

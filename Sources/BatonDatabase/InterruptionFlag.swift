@@ -1,7 +1,6 @@
 import CBatonShims
 import GRDB
 import GRDBSQLite
-import Synchronization
 
 /// A flag that interrupts SQLite statements while it is set: installed as each connection's
 /// progress handler, it makes every statement that runs after the flag was set fail with

@@ -70,7 +70,8 @@ public final class SharedDatabase: Sendable {
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
     private let writerAccesses = Atomic<Int>(0)
-    /// Commits of this process (for the periodic WAL size check).
+    /// Commits of this process while its WAL is past the size bound (a `RESTART` is tried every
+    /// 32nd).
     private let localCommits = Atomic<Int>(0)
     /// Set while SQLite's locks are to be tried once, not waited for (the fast path's `BEGIN`, a
     /// checkpoint's opportunistic restart).
@@ -283,11 +284,7 @@ public final class SharedDatabase: Sendable {
     ///   for a read-only database; `CancellationError`; what `body` throws.
     @inlinable
     public func write<T: Sendable>(_ body: @Sendable (Database) throws -> T) async throws -> T {
-        // The result goes through a local, so that the write path itself is not generic
-        // (unspecialized generic code pays for type metadata and witness calls on every write).
-        nonisolated(unsafe) var result: T?
-        try await performWrite(fence: nil) { db in result = try body(db) }
-        return result!
+        try await writeResult(fence: nil, body)
     }
 
     /// Writes like ``write(_:)``, but only if `fence` is still current: in the same transaction
@@ -302,6 +299,14 @@ public final class SharedDatabase: Sendable {
     ///   ``write(_:)`` throws.
     @inlinable
     public func write<T: Sendable>(fencedBy fence: some Fence, _ body: @Sendable (Database) throws -> T) async throws -> T {
+        try await writeResult(fence: fence, body)
+    }
+
+    /// Passes `body`'s result through a local, in the caller's specialized code, so that the
+    /// write path itself is not generic (unspecialized generic code pays for type metadata and
+    /// witness calls on every write).
+    @inlinable
+    func writeResult<T: Sendable>(fence: (any Fence)?, _ body: @Sendable (Database) throws -> T) async throws -> T {
         nonisolated(unsafe) var result: T?
         try await performWrite(fence: fence) { db in result = try body(db) }
         return result!
