@@ -23,6 +23,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "CBatonShims"),
+        // C helpers for Baton's own test and benchmark processes (not part of the library).
+        .target(name: "CBatonHarness"),
         .target(
             name: "Baton",
             dependencies: ["CBatonShims"],
@@ -50,6 +52,7 @@ let package = Package(
                 "BatonDatabase",
                 "BatonLoopback",
                 "CBatonShims",
+                "CBatonHarness",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
@@ -67,6 +70,7 @@ let package = Package(
                 "BatonLoopback",
                 "BatonSimulator",
                 "CBatonShims",
+                "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),

@@ -57,13 +57,13 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
 extension Duration {
     /// The duration in seconds as a `Double`.
-    var seconds: Double {
+    package var seconds: Double {
         let (s, attoseconds) = components
         return Double(s) + Double(attoseconds) / 1e18
     }
 
     /// The duration in nanoseconds, saturating.
-    var nanoseconds: Int64 {
+    package var nanoseconds: Int64 {
         let (s, attoseconds) = components
         let (product, overflow) = s.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return s < 0 ? .min : .max }

@@ -82,7 +82,7 @@ public struct FileLock: Sendable {
         let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
         var owned = true
         defer { if owned { Sys.close(fd) } }
-        let subscription = try FileEvents.shared.subscribe(path: container.absolutePath(name), mask: FileEvents.lockEvents)
+        let subscription = try FileEvents.shared.subscribe(path: container.absolutePath(name), interest: .lockReleased)
         let operation = mode.flockOperation
         while true {
             let seen = subscription.events.snapshot()

@@ -144,7 +144,7 @@ public struct PresenceChanges: AsyncSequence, Sendable {
             if subscription == nil {
                 try presence.container.makeDirectory(Presence.directoryName)
                 subscription = try FileEvents.shared.subscribe(
-                    path: presence.container.absolutePath(Presence.directoryName), mask: FileEvents.directoryEvents)
+                    path: presence.container.absolutePath(Presence.directoryName), interest: .directoryChanged)
             }
             guard let events = subscription?.events else { return nil }
             while !Task.isCancelled {

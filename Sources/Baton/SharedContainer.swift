@@ -44,6 +44,8 @@ public final class SharedContainer: Sendable {
 
     /// The process-wide suspension state of this container: see ``suspend()``.
     public let suspension: SuspensionController
+    /// This process's owner token in the container, and liveness checks of others'.
+    package let owners: OwnerTokens
 
     private let lazyParts = Mutex<LazyParts>(LazyParts())
     private struct LazyParts {
@@ -131,6 +133,15 @@ public final class SharedContainer: Sendable {
         self.options = options
         self.directory = directory
         self.suspension = SuspensionController()
+        do {
+            self.owners = try OwnerTokens(directory: directory, batonPath: path + "/.baton", fileMode: mode_t(options.fileMode))
+        } catch {
+            Sys.close(directory)
+            throw error
+        }
+        // Registered first, so suspended last (after every part released what it owns) and
+        // resumed first.
+        _ = suspension.register(OwnerTokenSuspension(owners))
 
         // flock must work here (it does not on some network file systems).
         let probe = try openFile("container.lock", flags: O_RDWR | O_CREAT)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Baton
 import CBatonShims
+import CBatonHarness
 
 @main
 struct BatonCommand: AsyncParsableCommand {
@@ -20,6 +21,7 @@ struct BatonCommand: AsyncParsableCommand {
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
+            KernelTestCommand.self,
             DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
         ]
     )

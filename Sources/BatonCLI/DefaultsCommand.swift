@@ -310,9 +310,10 @@ extension DefaultsCommand {
             let container = try options.container.open()
             let meta = try MappedFile(container, relativePath: "defaults/\(options.suite).meta", minimumSize: 4096)
             let log = try MappedFile(container, relativePath: "defaults/\(options.suite).log", minimumSize: 0, create: false)
-            #if os(Linux)
-            guard baton_robust_mutex_lock(meta.pointer + 64, 5_000_000_000) == 0 else { throw ExitCode(4) }
-            #endif
+            let token = try container.owners.enter()
+            guard SharedMutex(meta.pointer + 64).lock(as: token, tokens: container.owners, deadline: .now + .seconds(5), keepAlive: meta) != nil else {
+                throw ExitCode(4)
+            }
             let committed = baton_load64(meta.pointer.advanced(by: 128).assumingMemoryBound(to: UInt64.self))
             let length = Int(committed & ((1 << 40) - 1))
             let torn = 4096

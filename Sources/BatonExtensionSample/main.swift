@@ -17,6 +17,7 @@ import Baton
 import BatonDatabase
 import BatonLoopback
 import CBatonShims
+import CBatonHarness
 import GRDB
 #if canImport(Glibc)
 import Glibc

@@ -214,6 +214,17 @@ package enum ProcLocks {
     package static func held(by pid: pid_t, under directory: String) -> [Entry] {
         ProcFS.locksHeld(by: pid, under: directory).map(Entry.init)
     }
+
+    /// Locks held by `pid` under the container `directory` on anything but the owner tokens
+    /// (`.baton/owners/*`, which the container's suspension releases, not a database's).
+    package static func held(by pid: pid_t, under directory: String, exceptOwnerTokens: Bool) -> [Entry] {
+        let owners = directory + "/.baton/owners"
+        let tokens = Set(((try? FileManager.default.contentsOfDirectory(atPath: owners)) ?? []).compactMap { name -> UInt64? in
+            var info = stat()
+            return stat(owners + "/" + name, &info) == 0 ? UInt64(info.st_ino) : nil
+        })
+        return held(by: pid, under: directory).filter { !exceptOwnerTokens || !tokens.contains($0.inode) }
+    }
 }
 
 /// Runs `body`, failing with ``TestFailure`` if it has not finished within `seconds` (the body

@@ -106,19 +106,18 @@ struct SignalTests {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
         let observation = try container.signals.observe("while-suspended")
-        var info = stat()
-        #expect(stat(directory.path + "/.baton/signals", &info) == 0)
-        let table = UInt64(info.st_ino)
-        #expect(ProcLocks.all().contains { $0.inode == table }, "the process's entry is locked while it observes")
+        // The process's entry is owned through its owner token, a file it keeps locked.
+        #expect(!ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "the owner token is locked while it observes")
         await container.suspend()
-        #expect(!ProcLocks.all().contains { $0.inode == table }, "no lock on the signal table while suspended")
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "no lock in the container while suspended")
         // Another process takes entries meanwhile (possibly this one's) and posts.
         let watcher = try ChildProcess(["signal", "watch", "other", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
         try await watcher.line(timeout: 60) { $0 == "ready" }
         #expect(try await runBaton(["signal", "post", "while-suspended", "--state", "9"], container: directory.path).status == 0)
         try await container.resume()
-        #expect(ProcLocks.all().contains { $0.inode == table }, "the entry is locked again")
+        // The entry is taken back (or another claimed) with a new token, which is locked.
         #expect(try await observation.next(deadline: .after(.seconds(30))).state == 9)
+        #expect(!ProcLocks.held(by: getpid(), under: directory.path).isEmpty, "the new owner token is locked")
         // Posts after the resume arrive too.
         #expect(try await runBaton(["signal", "post", "while-suspended", "--state", "10"], container: directory.path).status == 0)
         #expect(try await observation.next(deadline: .after(.seconds(30))).state == 10)

@@ -1,4 +1,3 @@
-#if os(Linux)
 /// One case of ``select(_:deadline:)``: a receive from a channel or a send to a channel, with the
 /// code to run when it is the case taken.
 ///
@@ -161,4 +160,3 @@ public func select<Outcome>(
         if try !offer.withdraw() { return try await offer.handler() }
     }
 }
-#endif

@@ -1,4 +1,3 @@
-#if os(Linux)
 /// Waiting for the first of several events.
 enum ChannelWaits {
     /// Runs every wait concurrently; returns the index of the first that finishes and cancels
@@ -19,4 +18,3 @@ enum ChannelWaits {
         }
     }
 }
-#endif

@@ -1,4 +1,3 @@
-#if os(Linux)
 #if canImport(FoundationEssentials)
 import CBatonShims
 import FoundationEssentials
@@ -179,7 +178,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         var countedAsWaiting = false
         defer { if countedAsWaiting { log.adjustWaitingReceivers(-1) } }
         // Set once another process was seen holding a taken element: then a wait also watches
-        // for processes closing the channel file (a taker may die).
+        // for processes releasing their owner tokens (a taker may die).
         var deaths: (counter: EventCounter, seen: UInt64)?
         while true {
             let seen = log.readable.snapshot()
@@ -195,7 +194,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
                     countedAsWaiting = true
                     continue
                 }
-                if othersTaking, deaths == nil, let counter = try log.fileEvents() {
+                if othersTaking, deaths == nil, let counter = try log.ownerReleases() {
                     // Snapshot the death events before looking again.
                     deaths = (counter, counter.snapshot())
                     continue
@@ -439,4 +438,3 @@ package final class ChannelDelivery<Element: Codable & Sendable>: Sendable {
 
     deinit { try? release() }
 }
-#endif

@@ -6,7 +6,7 @@ import CBatonShims
 ///
 /// ```
 ///   0 magic "BATNDMT1"   8 version   16 boot id (40 bytes of ASCII; the meta is rebuilt after a reboot)
-///  64 the writer lock (a process-shared robust pthread mutex on Linux; 64 bytes)
+///  64 the writer lock (a ``SharedMutex``, 16 bytes; 64 reserved)
 /// 128 committed (u64): generation << 40 | length of the valid records in the current log
 /// 136 pending end (u64): where the writer holding the lock is appending to (torn-tail repair)
 /// 144 watchers (u32): how many observations exist, so writers ring the suite's signal only then
@@ -18,7 +18,8 @@ final class DefaultsMeta: @unchecked Sendable {
     // `file` (never remapped); the words they point to are shared with other processes and
     // only touched with atomics (CBatonShims) or under the writer lock.
     static let magic: UInt64 = 0x3154_4D44_4E54_4142 // "BATNDMT1" little-endian
-    static let version: UInt32 = 1
+    /// 2: the writer lock is a ``SharedMutex`` (version 1 held a robust pthread mutex).
+    static let version: UInt32 = 2
     static let size = 4096
     static let bootIDOffset = 16, bootIDLength = 40
     static let lockOffset = 64
@@ -54,13 +55,13 @@ final class DefaultsMeta: @unchecked Sendable {
 
     /// Rewrites the header (the caller holds the meta file's flock, so nobody else initialises
     /// at the same time, and no live process uses an invalid meta).
-    func initialize(bootID: [UInt8], committed word: UInt64) throws {
+    func initialize(bootID: [UInt8], committed word: UInt64) {
         baton_store64(base.assumingMemoryBound(to: UInt64.self), 0)
         base.storeBytes(of: Self.version, toByteOffset: 8, as: UInt32.self)
         for index in 0..<Self.bootIDLength {
             base.storeBytes(of: index < bootID.count ? bootID[index] : 0, toByteOffset: Self.bootIDOffset + index, as: UInt8.self)
         }
-        try DefaultsWriteLock.initialize(lockMemory)
+        DefaultsWriteLock.initialize(lockMemory)
         baton_store64(committed, word)
         baton_store64(pendingEnd, word & DefaultsLogFormat.lengthMask)
         baton_store32(watchers, 0)

@@ -104,13 +104,13 @@ final class DefaultsStore: Sendable {
         self.meta = meta
 
         var report = DefaultsRecoveryReport()
-        let bootID = DefaultsWriteLock.bootID()
+        let bootID = BootIdentity.bytes
         if !meta.isValid(bootID: bootID) {
             try Self.withInitializationLock(meta.file.fd, suite: suite) {
                 guard !meta.isValid(bootID: bootID) else { return }
                 let (word, recovery) = try Self.recoverFromDisk(container, logPath: "defaults/\(suite).log", suite: suite)
                 report.merge(recovery)
-                try meta.initialize(bootID: bootID, committed: word)
+                meta.initialize(bootID: bootID, committed: word)
             }
         }
         var initial = try Self.openCurrent(container, meta: meta, logPath: logPath, suite: suite)
@@ -416,14 +416,13 @@ final class DefaultsStore: Sendable {
     }
 
     private func withWriterLock<R>(_ state: inout State, _ body: (inout State) throws -> R) throws -> R {
-        let acquired = try DefaultsWriteLock.lock(meta, timeout: lockTimeout, suite: suite)
-        defer { DefaultsWriteLock.unlock(meta) }
+        let (acquired, token) = try DefaultsWriteLock.lock(meta, tokens: container.owners, timeout: lockTimeout, suite: suite)
+        defer { DefaultsWriteLock.unlock(meta, token: token, tokens: container.owners) }
         let committed = baton_load64(meta.committed)
         if acquired == .ownerDied || baton_load64(meta.pendingEnd) != committed & DefaultsLogFormat.lengthMask {
             // A writer died in the middle of an append (or of a compaction): find the valid
-            // records on disk and publish them. Marked consistent even if this fails: the
-            // pending-end check brings the next writer back here.
-            defer { if acquired == .ownerDied { DefaultsWriteLock.markConsistent(meta) } }
+            // records on disk and publish them. If this fails, the pending-end check brings the
+            // next writer back here.
             let (word, recovery) = try Self.recoverFromDisk(container, logPath: logPath, suite: suite)
             baton_store64(meta.pendingEnd, word & DefaultsLogFormat.lengthMask)
             baton_store64(meta.committed, word)
@@ -517,7 +516,7 @@ final class DefaultsStore: Sendable {
     }
 
     static func allocationError(_ code: Int32, path: String, size: Int) -> BatonError {
-        let cause = SystemCallError(call: "posix_fallocate", errno: code)
+        let cause = SystemCallError(call: FileSpace.allocationCall, errno: code)
         if code == ENOSPC || code == EFBIG || code == EDQUOT {
             return BatonError(.noSpace, "no space to grow \(path) to \(size) bytes; the value was not written and every key keeps its previous value. Free some disk space.", cause: cause)
         }
@@ -579,7 +578,7 @@ final class DefaultsStore: Sendable {
             position += DefaultsLogFormat.sealRecord(record, payloadLength: payload)
         }
         do {
-            try Sys.fdatasync(file.fd).get("syncing \(temporary)")
+            try DurableSync.sync(file.fd).get("syncing \(temporary)")
             try Sys.renameat(container.directory, temporary, container.directory, logPath).get("renaming \(temporary) over \(logPath)")
         } catch {
             _ = Sys.unlinkat(container.directory, temporary)

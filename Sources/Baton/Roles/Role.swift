@@ -195,7 +195,7 @@ public struct RoleStatusChanges: AsyncSequence, Sendable {
             let core = role.core
             if observation == nil {
                 observation = try core.container.signals.observe(core.signalName)
-                files = try FileEvents.shared.subscribe(path: core.container.absolutePath(core.directory.path), mask: FileEvents.roleDirectoryEvents)
+                files = try FileEvents.shared.subscribe(path: core.container.absolutePath(core.directory.path), interest: .writerGoneInDirectory)
             }
             guard let observation, let files else { return nil }
             let observer = observation.observer

@@ -426,7 +426,7 @@ final class RoleCore: Sendable {
             if let cache { return cache }
             let sources = WaitSources(
                 observation: try container.signals.observe(signalName),
-                files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), mask: FileEvents.roleDirectoryEvents))
+                files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), interest: .writerGoneInDirectory))
             cache = sources
             return sources
         }

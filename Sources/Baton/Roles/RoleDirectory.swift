@@ -85,7 +85,7 @@ final class RoleDirectory: Sendable {
             let result = try body(&transaction)
             if transaction.record != original {
                 transaction.record.sequence = original.sequence &+ 1
-                transaction.record.bootHash = BootSession.current
+                transaction.record.bootHash = BootIdentity.hash
                 transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
                 let offset = Int(transaction.record.sequence % 2) * RoleRecord.slotSize
                 transaction.record.encode(into: UnsafeMutableRawBufferPointer(
@@ -292,7 +292,7 @@ final class RoleDirectory: Sendable {
 
         /// The next epoch, never reused: reserves a durable block when needed.
         mutating func nextEpoch() -> UInt64 {
-            if record.bootHash != BootSession.current {
+            if record.bootHash != BootIdentity.hash {
                 // A reboot since the last write: unsynced epochs may be lost; jump past the
                 // durable reservation.
                 record.lastEpoch = max(record.lastEpoch, record.reservedEpoch)

@@ -17,9 +17,10 @@ import Synchronization
 ///
 /// Signals are doorbells: keep the data in files or the database, and re-read it on delivery.
 ///
-/// On Linux the names live in a shared-memory table in the container (`.baton/signals`), woken
-/// with futex; a process uses one thread for all the names it observes. On Apple platforms they
-/// are notify(3) names under a prefix that includes a random id kept in the container.
+/// The names live in a shared-memory table in the container (`.baton/signals`), on every
+/// platform, woken through the kernel's wait-on-address primitive (futex on Linux,
+/// `os_sync_wait_on_address` on Apple platforms); a process uses one thread for all the names it
+/// observes. The code that runs on iOS is the code the Linux tests run: notify(3) is not used.
 public final class Signals: Sendable {
     /// The longest name, in bytes of UTF-8.
     public static let maxNameBytes = 128
@@ -27,24 +28,18 @@ public final class Signals: Sendable {
     let backend: any SignalBackend
 
     init(container: SharedContainer) throws {
-        #if os(Linux)
-        let table = try FutexSignalTable(container: container)
-        // The table's process entry is owned through a lock: released while suspended.
+        let table = try SignalTable(container: container)
+        // The table's process entry is owned through the owner token: released while suspended.
         _ = container.suspension.register(SignalSuspension(table))
         if container.suspension.isSuspended { table.releaseLocks() }
         backend = table
-        #else
-        backend = try NotifySignalBackend(container: container)
-        #endif
     }
 
     /// An executor that runs tasks on this process's signal thread, the thread that wakes when a
     /// signal is posted. A task that iterates an observation inside
     /// `withTaskExecutorPreference(signals.executor) { ... }` is resumed by that thread directly,
     /// without waking a second thread: the lowest post-to-wake latency Baton offers. Keep such
-    /// work short and never block in it: it delays every delivery in the process. Where the
-    /// kernel lacks `futex_waitv` (before Linux 5.16), and on Apple platforms, it forwards to the
-    /// global concurrent executor.
+    /// work short and never block in it: it delays every delivery in the process.
     public var executor: any TaskExecutor { backend.executor }
 
     /// Rings `name` without changing its state.

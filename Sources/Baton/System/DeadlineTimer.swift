@@ -5,7 +5,7 @@ import Synchronization
 /// deadline costs a heap insertion instead of a sleeping child task.
 final class DeadlineTimer: @unchecked Sendable {
     // @unchecked: `entries` live in `state` (a Mutex); `word` is only touched through atomics
-    // and futex calls.
+    // and ``AddressWait``.
     static let shared = DeadlineTimer()
 
     private struct Entry {
@@ -44,7 +44,7 @@ final class DeadlineTimer: @unchecked Sendable {
             KernelThread.spawn(name: "baton-timer") { [self] in self.run() }
         } else if earliest {
             baton_add32(word, 1)
-            _ = baton_futex_wake(word, 1)
+            AddressWait.wakeOne(word)
         }
         return id
     }
@@ -74,8 +74,7 @@ final class DeadlineTimer: @unchecked Sendable {
             }
             for entry in due { entry.fire() }
             if !due.isEmpty { continue }
-            let timeout = next.map { max(($0 - ContinuousClock.now).nanoseconds, 0) } ?? -1
-            _ = baton_futex_wait(word, seen, timeout)
+            _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: AddressWait.timeout(until: next))
         }
     }
 }

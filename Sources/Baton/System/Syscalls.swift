@@ -82,8 +82,23 @@ enum Sys {
         retrying("fsync") { libc_fsync(fd) }.map { _ in () }
     }
 
-    static func fdatasync(_ fd: Int32) -> Result<Void, SystemCallError> {
-        retrying("fdatasync") { libc_fdatasync(fd) }.map { _ in () }
+    /// The names in directory `path` (relative to `dir`), without "." and ".."; empty when it
+    /// cannot be read.
+    static func directoryEntries(_ dir: Int32, _ path: String) -> [String] {
+        guard case .success(let fd) = openat(dir, path, O_RDONLY | O_DIRECTORY) else { return [] }
+        guard let stream = fdopendir(fd) else {
+            close(fd)
+            return []
+        }
+        defer { closedir(stream) } // closes fd
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
     }
 
     static func fchmod(_ fd: Int32, _ mode: mode_t) -> Result<Void, SystemCallError> {
@@ -184,7 +199,6 @@ extension Result where Failure == SystemCallError {
 // libc entry points under names that the wrappers above do not shadow.
 @inline(__always) private func libc_close(_ fd: Int32) -> Int32 { close(fd) }
 @inline(__always) private func libc_fchmod(_ fd: Int32, _ mode: mode_t) -> Int32 { fchmod(fd, mode) }
-@inline(__always) private func libc_fdatasync(_ fd: Int32) -> Int32 { fdatasync(fd) }
 @inline(__always) private func libc_flock(_ fd: Int32, _ op: Int32) -> Int32 { flock(fd, op) }
 @inline(__always) private func libc_fstat(_ fd: Int32, _ info: UnsafeMutablePointer<stat>) -> Int32 { fstat(fd, info) }
 @inline(__always) private func libc_fstatat(_ dir: Int32, _ path: String, _ info: UnsafeMutablePointer<stat>, _ flags: Int32) -> Int32 { fstatat(dir, path, info, flags) }

@@ -187,7 +187,7 @@ enum DatabaseBench: BenchSuite {
             } else if let raw {
                 try raw.insert(writer: -1, stampNow: true)
                 baton_add32(wake, 1)
-                _ = baton_futex_wake_all(wake)
+                AddressWait.wakeAll(wake)
             }
             guard let line = worker.receiveLine(), let latency = Double(line) else {
                 throw BatonError(.invalidArgument, "database bench observer \(worker.pid) stopped")
@@ -255,7 +255,7 @@ enum DatabaseBench: BenchSuite {
             var seen = baton_load32(wake)
             emit("ready")
             while true {
-                _ = baton_futex_wait(wake, seen, -1)
+                _ = AddressWait.wait(on: wake, expecting: seen, timeoutNanoseconds: -1)
                 let now = baton_load32(wake)
                 guard now != seen else { continue }
                 seen = now

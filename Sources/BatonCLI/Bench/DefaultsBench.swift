@@ -206,7 +206,7 @@ enum DefaultsBench: BenchSuite {
             usleep(200) // let the watcher go back to sleep
             baton_store64(stamp, monotonicNanoseconds())
             baton_add32(word, 1)
-            _ = baton_futex_wake_all(word)
+            AddressWait.wakeAll(word)
             guard let line = worker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "futex watcher failed") }
             if round >= rounds / 10 { samples.append(nanoseconds / 1_000) }
         }
@@ -317,7 +317,7 @@ enum DefaultsBench: BenchSuite {
             var seen = baton_load32(word)
             emit("ready")
             while true {
-                _ = baton_futex_wait(word, seen, -1)
+                _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: -1)
                 let now = baton_load32(word)
                 if now != seen {
                     seen = now

@@ -85,7 +85,7 @@ enum RolesBench: BenchSuite {
         for round in 1...(rounds + rounds / 10) {
             flock(fd, LOCK_EX)
             baton_store32(word(shm, goOffset), UInt32(truncatingIfNeeded: round))
-            _ = baton_futex_wake_all(word(shm, goOffset))
+            AddressWait.wakeAll(word(shm, goOffset))
             usleep(300) // the worker blocks in flock meanwhile
             baton_store64(stamp(shm, startOffset), monotonicNanoseconds())
             flock(fd, LOCK_UN)
@@ -234,7 +234,7 @@ enum RolesBench: BenchSuite {
                 baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
                 flock(fd, LOCK_UN)
                 baton_store32(word(shm, doneOffset), round)
-                _ = baton_futex_wake_all(word(shm, doneOffset))
+                AddressWait.wakeAll(word(shm, doneOffset))
             }
         case "flock-waiter":
             let fd = open(arguments[1], O_RDONLY | O_CLOEXEC)
@@ -243,7 +243,7 @@ enum RolesBench: BenchSuite {
             flock(fd, LOCK_EX)
             baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
             baton_store32(word(shm, doneOffset), 1)
-            _ = baton_futex_wake_all(word(shm, doneOffset))
+            AddressWait.wakeAll(word(shm, doneOffset))
             try await Task.sleep(for: .seconds(3600))
         case "signal-stamp":
             let observation = try container.signals.observe("bench.roles.ping")
@@ -251,7 +251,7 @@ enum RolesBench: BenchSuite {
             for await delivery in observation {
                 baton_store64(stamp(shm, stampOffset), monotonicNanoseconds())
                 baton_store32(word(shm, doneOffset), UInt32(truncatingIfNeeded: delivery.state))
-                _ = baton_futex_wake_all(word(shm, doneOffset))
+                AddressWait.wakeAll(word(shm, doneOffset))
             }
         case "holder":
             let role = try container.role("bench")

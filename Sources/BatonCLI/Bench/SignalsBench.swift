@@ -32,7 +32,7 @@ enum SignalsBench: BenchSuite {
             FileHandleOutput.standardError("signals: block \(block)/\(blocks): fan-out to \(fanout) processes (futex, Baton)")
             fanFutex += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "futex-fan", post: {
                 baton_add32(word(shm, fanOffset), 1)
-                _ = baton_futex_wake_all(word(shm, fanOffset))
+                AddressWait.wakeAll(word(shm, fanOffset))
             })
             fanSignals += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "signal-fan", post: {
                 try signals.post("bench.fan", state: monotonicNanoseconds())
@@ -61,7 +61,7 @@ enum SignalsBench: BenchSuite {
         while true {
             let value = baton_load32(pointer)
             if value == target { return }
-            _ = baton_futex_wait(pointer, value, -1)
+            _ = AddressWait.wait(on: pointer, expecting: value, timeoutNanoseconds: -1)
         }
     }
 
@@ -81,7 +81,7 @@ enum SignalsBench: BenchSuite {
             let start = monotonicNanoseconds()
             value &+= 1
             baton_store32(ping, value)
-            _ = baton_futex_wake_all(ping)
+            AddressWait.wakeAll(ping)
             value &+= 1
             waitUntil(ping, equals: value)
             if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 2_000) }
@@ -164,7 +164,7 @@ enum SignalsBench: BenchSuite {
                 waitUntil(ping, equals: value)
                 value &+= 1
                 baton_store32(ping, value)
-                _ = baton_futex_wake_all(ping)
+                AddressWait.wakeAll(ping)
             }
         case "pipe-pong":
             emit("ready")
@@ -185,14 +185,14 @@ enum SignalsBench: BenchSuite {
             func report() {
                 baton_store64(slot, monotonicNanoseconds() &- baton_load64(stamp))
                 baton_add32(done, 1)
-                _ = baton_futex_wake_all(done)
+                AddressWait.wakeAll(done)
             }
             if arguments[0] == "futex-fan" {
                 let fan = word(shm, fanOffset)
                 var seen = baton_load32(fan)
                 emit("ready")
                 while true {
-                    _ = baton_futex_wait(fan, seen, -1)
+                    _ = AddressWait.wait(on: fan, expecting: seen, timeoutNanoseconds: -1)
                     let now = baton_load32(fan)
                     if now != seen { seen = now; report() }
                 }

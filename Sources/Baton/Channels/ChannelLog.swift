@@ -1,37 +1,40 @@
-#if os(Linux)
 import CBatonShims
 import Synchronization
 
-/// The storage of one channel: a header with a robust process-shared mutex and doorbells, and a
-/// log of ``ChannelFrame``s that consumers take and then acknowledge.
+/// The storage of one channel: a header with a lock (``SharedMutex``) and doorbells, and a log of
+/// ``ChannelFrame``s that consumers take and then acknowledge.
 ///
 /// A cross-process channel lives in `.baton/channels/<name>`; an in-process channel uses the same
 /// layout in private memory. File layout (little-endian):
 /// ```
 /// header (4096 bytes, mapped on its own so the mutex never moves)
 ///   0 magic "BATNCHN1"   8 version   12 capacity kind   16 capacity count   24 CRC-32C of 0..<24
-///   64  robust process-shared pthread mutex (held for microseconds)
-///   128 readable doorbell (futex word)   132 its sleepers
-///   136 writable doorbell (futex word)   140 its sleepers
+///   64  the lock (``SharedMutex``, 16 bytes; held for microseconds)
+///   128 readable doorbell (wait word)   132 its sleepers
+///   136 writable doorbell (wait word)   140 its sleepers
 ///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
 ///   200 next take id   208 waiting receivers   216 layout epoch   224 skipped malformed regions
+///   1024 receivers (384 x u64): the owner token (``OwnerTokens``) of each receiving process
 /// data (from byte 4096): frames between head and tail; consumed frames before head are
 ///   reclaimed by moving the live frames to the start (only when they do not overlap), or the
 ///   file grows.
 /// ```
-/// A taker holds an OFD lock on one byte at `2^40 + slot` of the file while it lives; a frame it
-/// took but did not acknowledge goes back to the channel once the kernel has dropped that lock.
+/// A taker records its owner token in a receiver slot, and the slot's index in each frame it
+/// takes; a frame it took but did not acknowledge goes back to the channel once its token is
+/// released (the process died or suspended).
 final class ChannelLog: @unchecked Sendable {
     // @unchecked: `data`, `mappedDataSize` and `slot` are read and written only while holding the
-    // robust mutex in the header (see `withLock`); header fields are touched with atomics (most
-    // under the same mutex); the doorbells and `local` are Sendable.
+    // lock in the header (see `withLock`); header fields are touched with atomics (most under the
+    // same lock); the doorbells and `local` are Sendable.
 
     static let magic: UInt64 = 0x314E_4843_4E54_4142 // "BATNCHN1" little-endian
-    static let version: UInt32 = 1
+    /// 2: the lock is a ``SharedMutex`` and receivers are owner tokens (version 1 held a
+    /// pthread mutex and OFD locks).
+    static let version: UInt32 = 2
     static let headerSize = 4096
     static let initialDataSize = 64 * 1024
-    static let participantBase: Int64 = 1 << 40
-    static let maxParticipants = 4096
+    static let participantOffset = 1024
+    static let maxParticipants = (headerSize - participantOffset) / 8
     static let directoryName = "channels"
     static let lockSpins = 64
 
@@ -54,6 +57,10 @@ final class ChannelLog: @unchecked Sendable {
     private var slot: Int?
     private let container: SharedContainer?
     private let local = Mutex<(events: FileEvents.Subscription?, suspension: SuspensionController.RegistrationToken?)>((nil, nil))
+    /// Owner tokens of the container (nil for an in-process channel, whose lock owner is always
+    /// this process: token ``inProcessToken``).
+    private let owners: OwnerTokens?
+    private static let inProcessToken: UInt64 = 1
 
     // MARK: Opening
 
@@ -68,8 +75,8 @@ final class ChannelLog: @unchecked Sendable {
         data = UnsafeMutableRawPointer.allocate(byteCount: Self.initialDataSize, alignment: 64)
         mappedDataSize = Self.initialDataSize
         slot = 0
-        let result = baton_robust_mutex_init(header.advanced(by: Self.oMutex))
-        precondition(result == 0, "pthread_mutex_init failed with \(result)")
+        owners = nil
+        SharedMutex(header.advanced(by: Self.oMutex)).initialize()
         readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
         writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
         baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
@@ -97,10 +104,7 @@ final class ChannelLog: @unchecked Sendable {
                 mapped.storeBytes(of: Self.version.littleEndian, toByteOffset: Self.oVersion, as: UInt32.self)
                 mapped.storeBytes(of: stored.kind.littleEndian, toByteOffset: Self.oKind, as: UInt32.self)
                 mapped.storeBytes(of: stored.count.littleEndian, toByteOffset: Self.oCount, as: UInt64.self)
-                let result = baton_robust_mutex_init(mapped.advanced(by: Self.oMutex))
-                guard result == 0 else {
-                    throw BatonError.system(SystemCallError(call: "pthread_mutex_init", errno: result), "initialising \(relativePath)")
-                }
+                SharedMutex(mapped.advanced(by: Self.oMutex)).initialize()
                 baton_store64(Self.dword(mapped, Self.oDataSize), UInt64(Self.initialDataSize))
                 mapped.storeBytes(of: Self.magic.littleEndian, toByteOffset: Self.oMagic, as: UInt64.self)
                 mapped.storeBytes(of: Self.headerChecksum(mapped).littleEndian, toByteOffset: Self.oCRC, as: UInt32.self)
@@ -130,6 +134,7 @@ final class ChannelLog: @unchecked Sendable {
         self.header = header
         self.name = name
         self.container = container
+        self.owners = container.owners
         self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
@@ -175,7 +180,7 @@ final class ChannelLog: @unchecked Sendable {
             data.deallocate()
         case .file(let fd, _, _):
             if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
-            Sys.close(fd) // also drops the participant lock
+            Sys.close(fd)
         }
     }
 
@@ -200,26 +205,19 @@ final class ChannelLog: @unchecked Sendable {
 
     // MARK: The lock
 
-    /// Runs `body` holding the channel's robust mutex. When the previous holder died inside,
-    /// the log is repaired first.
+    /// Runs `body` holding the channel's lock. When the previous holder died inside, the log is
+    /// repaired first.
+    /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(_ body: () throws -> R) throws -> R {
-        let mutex = header.advanced(by: Self.oMutex)
-        // The lock is held for microseconds: try a little before sleeping in the kernel.
-        var result = EBUSY
-        for _ in 0..<Self.lockSpins {
-            result = baton_robust_mutex_trylock(mutex)
-            if result != EBUSY { break }
-            baton_cpu_relax()
-        }
-        if result == EBUSY { result = baton_robust_mutex_lock(mutex, -1) }
-        if result == EOWNERDEAD {
-            defer { _ = baton_robust_mutex_consistent(mutex) }
+        let mutex = SharedMutex(header.advanced(by: Self.oMutex))
+        let token = try owners?.enter() ?? Self.inProcessToken
+        defer { owners?.leave() }
+        let acquired = mutex.lock(as: token, tokens: owners, deadline: nil, keepAlive: headerMemory)
+        defer { mutex.unlock(as: token) }
+        if acquired == .ownerDied {
             try? followDataSize()
             repair()
-        } else if result != 0 {
-            throw BatonError.system(SystemCallError(call: "pthread_mutex_lock", errno: result), "locking the channel \(name)")
         }
-        defer { _ = baton_robust_mutex_unlock(mutex) }
         try followDataSize()
         return try body()
     }
@@ -363,48 +361,51 @@ final class ChannelLog: @unchecked Sendable {
 
     // MARK: Participants
 
-    /// This process's participant slot: an OFD lock on one byte that the kernel drops when the
-    /// process dies. Taking a free slot first returns the frames its previous holder took.
+    private func participant(_ slot: Int) -> UnsafeMutablePointer<UInt64> {
+        Self.dword(header, Self.participantOffset + slot * 8)
+    }
+
+    /// This process's receiver slot, holding its owner token (under the lock). Taking a slot whose
+    /// process died first returns the frames it took.
     private func ensureSlot(returnedFrames: inout Bool) throws -> Int {
         if let slot { return slot }
-        guard case .file(let fd, let relativePath, _) = storage else { return 0 }
+        guard storage.isFile, let owners else { return 0 }
         try container?.suspension.checkActive("receive from the channel \(name)")
+        let token = try owners.current()
         for candidate in 0..<Self.maxParticipants {
-            if baton_ofd_setlk(fd, Self.participantBase + Int64(candidate), 1, Int16(F_WRLCK)) == 0 {
-                slot = candidate
-                var returned = false
-                walk { offset, _ in
-                    if state(offset) == ChannelFrame.State.taken.rawValue, baton_load32(Self.word(data, offset + 4)) == UInt32(candidate) {
-                        setState(offset, .ready)
-                        addField(Self.oReady, 1)
-                        addField(Self.oTaken, -1)
-                        returned = true
-                    }
-                    return true
+            let current = baton_load64(participant(candidate))
+            guard current == 0 || current == token || !owners.isAlive(current) else { continue }
+            baton_store64(participant(candidate), token)
+            slot = candidate
+            var returned = false
+            walk { offset, _ in
+                if state(offset) == ChannelFrame.State.taken.rawValue, baton_load32(Self.word(data, offset + 4)) == UInt32(candidate) {
+                    setState(offset, .ready)
+                    addField(Self.oReady, 1)
+                    addField(Self.oTaken, -1)
+                    returned = true
                 }
-                returnedFrames = returnedFrames || returned
-                return candidate
+                return true
             }
-            let error = baton_errno()
-            if error != EAGAIN && error != EACCES {
-                throw BatonError.system(SystemCallError(call: "fcntl(F_OFD_SETLK)", errno: error), "registering as a receiver of \(relativePath)")
-            }
+            returnedFrames = returnedFrames || returned
+            return candidate
         }
         throw BatonError(.capacityExceeded, "the channel \(name) has \(Self.maxParticipants) live receiving processes; no slot is free")
     }
 
-    /// Releases the participant slot (the process is being suspended).
+    /// Gives up the receiver slot (the process is being suspended): its taken frames go back to
+    /// the channel for others.
     fileprivate func releaseSlot() {
-        guard case .file(let fd, _, _) = storage else { return }
+        guard storage.isFile else { return }
         try? withLock {
-            if let slot { _ = baton_ofd_setlk(fd, Self.participantBase + Int64(slot), 1, Int16(F_UNLCK)) }
+            if let slot { baton_store64(participant(slot), 0) }
             slot = nil
         }
     }
 
     /// Returns to the channel the frames taken by processes that died. `true` when any returned.
     func recoverDeadTakers() throws -> Bool {
-        guard case .file(let fd, _, _) = storage else { return false }
+        guard storage.isFile, let owners else { return false }
         let returned = try withLock { () -> Bool in
             let mine = slot.map { UInt32($0) }
             var alive: [UInt32: Bool] = [:]
@@ -415,7 +416,7 @@ final class ChannelLog: @unchecked Sendable {
                 if owner == mine { return true }
                 let isAlive: Bool
                 if let known = alive[owner] { isAlive = known } else {
-                    isAlive = owner >= Self.maxParticipants ? false : baton_ofd_held_by_other(fd, Self.participantBase + Int64(owner), 1) != 0
+                    isAlive = owner < Self.maxParticipants && owners.isAlive(baton_load64(participant(Int(owner))))
                     alive[owner] = isAlive
                 }
                 if !isAlive {
@@ -432,12 +433,13 @@ final class ChannelLog: @unchecked Sendable {
         return returned
     }
 
-    /// inotify events on the channel file: a process that dies closes it.
-    func fileEvents() throws -> EventCounter? {
-        guard case .file(_, _, let absolutePath) = storage else { return nil }
+    /// Moves when a process of the container released its owner token (it died or suspended):
+    /// a receiver waiting for frames that others took watches this.
+    func ownerReleases() throws -> EventCounter? {
+        guard storage.isFile, let owners else { return nil }
         return try local.withLock { local in
             if let events = local.events { return events.events }
-            let subscription = try FileEvents.shared.subscribe(path: absolutePath, mask: FileEvents.lockEvents)
+            let subscription = try owners.watchAll()
             local.events = subscription
             return subscription.events
         }
@@ -503,8 +505,8 @@ final class ChannelLog: @unchecked Sendable {
     /// `extract` returned: for payloads that `extract` turns into the element itself (text and
     /// bytes are copied out, which cannot fail). The element still leaves the channel only once
     /// it is in the receiver's memory, as with a separate ``acknowledge(_:)``: a receiver that
-    /// dies inside the critical section leaves the frame ready (the robust mutex hands the next
-    /// locker a consistent log), for one lock instead of two and no `taken` bookkeeping.
+    /// dies inside the critical section leaves the frame ready (the next locker is told the
+    /// owner died and repairs the log), for one lock instead of two and no `taken` bookkeeping.
     func take(acknowledge: Bool = false, _ extract: (UnsafeRawBufferPointer, ChannelFrame.Coding) -> Void) throws -> TakeResult {
         var ringWritable = false
         var ringReadable = false
@@ -693,8 +695,8 @@ final class ChannelLog: @unchecked Sendable {
         writable.ring()
     }
 
-    /// Test support: takes the channel's mutex, calls `locked`, and never returns (the process
-    /// is meant to be killed while holding it, to exercise the robust mutex's recovery).
+    /// Test support: takes the channel's lock, calls `locked`, and never returns (the process is
+    /// meant to be killed while holding it, to exercise the recovery from a dead owner).
     func holdLockForever(_ locked: () -> Void) throws -> Never {
         try withLock {
             locked()
@@ -716,4 +718,3 @@ extension ChannelLog.Storage {
         return false
     }
 }
-#endif

@@ -1,8 +1,7 @@
-#if os(Linux)
 import CBatonShims
 import Synchronization
 
-/// A futex word in a channel's header that every state change of one kind rings ("an element
+/// A word in a channel's header that every state change of one kind rings ("an element
 /// arrived", "room was made"), and the one thread per process and word that sleeps on it while
 /// local tasks wait, resuming them when the word moves or their deadline passes.
 ///
@@ -14,9 +13,9 @@ import Synchronization
 /// within that time, and a wait that ends there costs neither side a system call. A waiter that
 /// suspends counts itself in the header's sleeper count (across processes) before it checks the
 /// word a last time, and the ringer reads that count after it moved the word: so the ringer
-/// makes the `futex_wake` system call only when some task may be asleep, and never misses one.
-/// The thread sleeps on a private word while no task of this process waits. Deadlines are the
-/// thread's futex timeouts: no timer task per wait.
+/// makes the wake system call (``AddressWait``) only when some task may be asleep, and never
+/// misses one. The thread sleeps on a private word while no task of this process waits.
+/// Deadlines are the thread's wait timeouts: no timer task per wait.
 final class ChannelDoorbell: @unchecked Sendable {
     // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
     // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
@@ -77,7 +76,7 @@ final class ChannelDoorbell: @unchecked Sendable {
     /// system call only when some task (of any process) may be asleep on the word.
     func ring() {
         baton_add32(word, Self.ringStep)
-        if baton_load32(sleepers) > 0 { _ = baton_futex_wake_all(word) }
+        if baton_load32(sleepers) > 0 { AddressWait.wakeAll(word) }
     }
 
     /// Watches the word for a moment: `true` when it moved past `seen` within the spin budget.
@@ -116,7 +115,7 @@ final class ChannelDoorbell: @unchecked Sendable {
     /// Makes the sleeping threads re-read their deadlines, without waking any waiter.
     private func kick() {
         baton_add32(word, 1)
-        _ = baton_futex_wake_all(word)
+        AddressWait.wakeAll(word)
     }
 
     /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
@@ -163,7 +162,7 @@ final class ChannelDoorbell: @unchecked Sendable {
                     KernelThread.spawn(name: threadName) { [self] in self.run() }
                 } else if wake {
                     baton_add32(idleWord, 1)
-                    _ = baton_futex_wake_all(idleWord)
+                    AddressWait.wakeAll(idleWord)
                 } else if kick {
                     self.kick()
                 }
@@ -189,7 +188,7 @@ final class ChannelDoorbell: @unchecked Sendable {
         }
         guard started else { return }
         baton_add32(idleWord, 1)
-        _ = baton_futex_wake_all(idleWord)
+        AddressWait.wakeAll(idleWord)
         ring()
     }
 
@@ -244,11 +243,10 @@ final class ChannelDoorbell: @unchecked Sendable {
             if shutdown { return }
             if idle {
                 lingerUntil = nil
-                _ = baton_futex_wait(idleWord, idleSeen, -1)
+                _ = AddressWait.wait(on: idleWord, expecting: idleSeen, timeoutNanoseconds: -1)
                 continue
             }
-            let timeout = nearest.map { max(Int64(0), (($0 - ContinuousClock.now).nanoseconds)) } ?? -1
-            _ = baton_futex_wait(word, current, timeout)
+            _ = AddressWait.wait(on: word, expecting: current, timeoutNanoseconds: AddressWait.timeout(until: nearest))
         }
     }
 }
@@ -257,7 +255,7 @@ final class ChannelDoorbell: @unchecked Sendable {
 /// alive by the channel and by its doorbell threads.
 final class ChannelHeaderMemory: @unchecked Sendable {
     // @unchecked: immutable; the memory it points to is shared and touched with atomics or
-    // under the channel's robust mutex.
+    // under the channel's lock.
     let pointer: UnsafeMutableRawPointer
     let size: Int
     private let mapped: Bool
@@ -279,4 +277,3 @@ final class ChannelHeaderMemory: @unchecked Sendable {
         if mapped { Sys.munmap(pointer, size: size) } else { pointer.deallocate() }
     }
 }
-#endif

@@ -1,20 +1,21 @@
-#if os(Linux)
 import CBatonShims
 import Synchronization
 
-/// The Linux signal backend: a table of named counters and states in a file mapped by every
-/// process of the container, woken with futex.
+/// The signal backend, on every platform: a table of named counters and states in a file mapped
+/// by every process of the container, woken through ``AddressWait`` (futex on Linux,
+/// `os_sync_wait_on_address` on Apple platforms).
 ///
 /// Layout of `.baton/signals` (little-endian, fixed size):
 /// ```
 /// header (4096 bytes)
 ///   0  magic "BATNSIG1"     8  version      12 slot count   16 slot size
 ///   20 CRC-32C of bytes 0..<20              24 retired (1 once replaced by a rebuilt table)
-///   64 sequence  (futex word of the processes that found no entry below)
+///   64 sequence  (the wait word of the processes that found no entry below)
 ///   128 waiters  (processes whose signal thread may be asleep on `sequence`)
 ///   1024 process entries (64 x 32 bytes), one per observing process:
-///        0 pid   4 doorbell (futex word)   8 sleeping (1 while its thread may sleep)
-///        16 interest (bit `slot % 64` set for each slot the process observes)
+///        0 pid (for diagnostics)   4 doorbell (wait word)   8 sleeping (1 while its thread may
+///        sleep)   16 interest (bit `slot % 64` set for each slot the process observes)
+///        24 owner token (``OwnerTokens``; 0 when free)
 /// slots (256 bytes each), open addressing by name hash, never removed
 ///   0 status (0 empty, 1 ready)   4 name length   8 name hash (FNV-1a 64)
 ///   16 counter   24 state   32 observers (processes observing this name)
@@ -22,19 +23,21 @@ import Synchronization
 /// ```
 /// A post wakes only the processes that observe a name in the same interest bit, on their own
 /// doorbell, and never the posting process's thread: the poster delivers to its own observers
-/// itself. A process owns its entry through an OFD lock on the entry's first byte, which the
-/// kernel drops when the process dies, so a crashed process's entry is reused and no pid check is
-/// needed. When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
+/// itself. A process owns its entry through its owner token, which the kernel releases when the
+/// process dies or suspends, so a crashed process's entry is reused and no pid check is needed.
+/// When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
 ///
 /// The table holds nothing durable: when it fails its checks it is rebuilt (a new file renamed
 /// over the old one; the old one is marked retired so every process moves to the new one, and
 /// every observer gets one delivery because posts may have been missed).
-final class FutexSignalTable: SignalBackend, @unchecked Sendable {
+final class SignalTable: SignalBackend, @unchecked Sendable {
     // @unchecked: all mutable state is in `state` (a Mutex); the mapped memory is shared with
     // other processes and only touched through atomics (CBatonShims) or under `signals.lock`.
+    // `localWord` is private memory touched with atomics.
 
     static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
-    static let version: UInt32 = 2
+    /// 3: entries are owned through owner tokens (2 used OFD locks).
+    static let version: UInt32 = 3
     static let headerSize = 4096
     static let slotSize = 256
     static let slotCount = 4096
@@ -45,8 +48,6 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 
     /// Whether `map` is big enough to hold the process entries.
     private static func hasEntries(_ map: MappedFile) -> Bool { map.size >= entryOffset + entryCount * entrySize }
-    /// The byte of the table whose OFD lock owns entry `index`.
-    private static func entryLockOffset(_ index: Int) -> Int64 { Int64(entryOffset + index * entrySize) }
     static let fileName = "signals"
     static let lockName = "signals.lock"
 
@@ -64,11 +65,15 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
         var observers: [UInt64: Observed] = [:]
         var nextID: UInt64 = 0
         var countedAsWaiter = false
-        /// This process's entry in the table, once it observes anything.
+        /// This process's entry in the table, once it observes anything, and the token it was
+        /// claimed with.
         var entry: Int?
+        var entryToken: UInt64 = 0
+        /// The word the signal thread sleeps on (for ``wakeThread()``): nil while it runs.
+        var sleepingOn: SleepTarget?
         /// Observers of this process per interest bit.
-        var bitCounts = [Int](repeating: 0, count: FutexSignalTable.entryCount)
-        /// While the container is suspended, the entry's lock is dropped (a suspended process
+        var bitCounts = [Int](repeating: 0, count: SignalTable.entryCount)
+        /// While the container is suspended, the owner token is released (a suspended process
         /// holds no lock) and no entry is claimed.
         var suspended = false
         /// The interest mask this process's observers call for.
@@ -80,15 +85,27 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     }
 
     private let state: Mutex<State>
-    /// Process-local futex word: bumped when an observer registers (to wake an idle thread) and
-    /// when a job is queued for the thread's executor.
+    /// Process-local word: bumped when an observer registers (to wake an idle thread) and when a
+    /// job is queued for the thread's executor. The thread sleeps on it while idle; otherwise a
+    /// local wake also rings the shared word the thread sleeps on (its entry's doorbell), so one
+    /// wait covers both (no futex_waitv, which Apple platforms lack).
     private let localWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     private let threadStarted = Atomic<Bool>(false)
     /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
     private let jobs = Mutex<[UnownedJob]>([])
-    /// Whether the thread can wait on the table and on `localWord` at once (futex_waitv); without
-    /// it, the executor forwards jobs to the global executor.
-    private let canWaitOnBoth = baton_futex_waitv_supported() != 0
+
+    /// Where the signal thread sleeps.
+    enum SleepTarget: Equatable {
+        case local
+        case shared(MappedFile, offset: Int)
+        static func == (a: SleepTarget, b: SleepTarget) -> Bool {
+            switch (a, b) {
+            case (.local, .local): true
+            case (.shared(let x, let i), .shared(let y, let j)): x === y && i == j
+            default: false
+            }
+        }
+    }
 
     init(container: SharedContainer) throws {
         self.container = container
@@ -138,12 +155,12 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     /// Rings the shared word and every process's doorbell (a retired table: everyone moves on).
     private static func wakeEveryone(_ map: MappedFile) {
         baton_add32(word(map, 64), 1)
-        _ = baton_futex_wake_all(word(map, 64))
+        AddressWait.wakeAll(word(map, 64))
         guard hasEntries(map) else { return }
         for index in 0..<entryCount {
             let doorbell = word(map, entryOffset + index * entrySize + 4)
             baton_add32(doorbell, 1)
-            _ = baton_futex_wake_all(doorbell)
+            AddressWait.wakeAll(doorbell)
         }
     }
 
@@ -208,43 +225,46 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 
     // MARK: Process entries
 
-    /// Takes a free entry for this process (one whose OFD lock nobody holds: free, or left by a
-    /// dead process), resetting it. Without one, the thread sleeps on the shared word.
+    /// Takes a free entry for this process (one with no owner, or whose owner died or
+    /// suspended), resetting it. Without one, the thread sleeps on the shared word.
     private func claimEntry(_ state: inout State) {
-        guard state.entry == nil, !state.suspended, Self.hasEntries(state.map) else { return }
+        guard state.entry == nil, !state.suspended, Self.hasEntries(state.map),
+              let token = try? container.owners.current() else { return }
         for index in 0..<Self.entryCount {
-            guard baton_ofd_setlk(state.map.fd, Self.entryLockOffset(index), 1, Int16(F_WRLCK)) == 0 else { continue }
+            let owner = entryToken(state.map, index)
+            let current = baton_load64(owner)
+            guard current == 0 || (current != token && !container.owners.isAlive(current)),
+                  baton_cas64(owner, current, token) != 0 else { continue }
             baton_store64(entryInterest(state.map, index), 0)
             baton_store32(entryWord(state.map, index, 8), 0)
             baton_store32(entryWord(state.map, index, 0), UInt32(bitPattern: getpid()))
             state.entry = index
+            state.entryToken = token
             return
         }
     }
 
     // MARK: Suspension
 
-    /// Drops the lock on this process's entry (a suspended process may hold no lock). The entry
-    /// stays in use meanwhile, so posts still ring its doorbell; if another process claims it,
-    /// ``retakeLocks()`` claims another one.
+    /// Notes the suspension: the container releases the owner token after this, so the entry
+    /// reads as free to other processes from then on. It stays in use by this process meanwhile,
+    /// so posts still ring its doorbell; if another process claims it, ``retakeLocks()`` claims
+    /// another one.
     func releaseLocks() {
-        state.withLock { state in
-            state.suspended = true
-            if let entry = state.entry {
-                _ = baton_ofd_setlk(state.map.fd, Self.entryLockOffset(entry), 1, Int16(F_UNLCK))
-            }
-        }
+        state.withLock { $0.suspended = true }
     }
 
-    /// Locks this process's entry again (or claims another one if it was taken meanwhile), then
-    /// has the signal thread look at every observed counter: posts made while the entry was
-    /// someone else's are delivered then.
+    /// Takes the entry back with this process's new token (or claims another one if it was
+    /// taken meanwhile), then has the signal thread look at every observed counter: posts made
+    /// while the entry was someone else's are delivered then.
     func retakeLocks() {
         state.withLock { state in
             state.suspended = false
             if let entry = state.entry {
-                if baton_ofd_setlk(state.map.fd, Self.entryLockOffset(entry), 1, Int16(F_WRLCK)) == 0 {
+                if let token = try? container.owners.current(),
+                   baton_cas64(entryToken(state.map, entry), state.entryToken, token) != 0 {
                     // Ours again; another process may have reset it meanwhile.
+                    state.entryToken = token
                     baton_store32(entryWord(state.map, entry, 0), UInt32(bitPattern: getpid()))
                     baton_store64(entryInterest(state.map, entry), state.interest)
                     return
@@ -263,6 +283,9 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     }
     private func entryInterest(_ map: MappedFile, _ index: Int) -> UnsafeMutablePointer<UInt64> {
         map.pointer.advanced(by: Self.entryOffset + index * Self.entrySize + 16).assumingMemoryBound(to: UInt64.self)
+    }
+    private func entryToken(_ map: MappedFile, _ index: Int) -> UnsafeMutablePointer<UInt64> {
+        map.pointer.advanced(by: Self.entryOffset + index * Self.entrySize + 24).assumingMemoryBound(to: UInt64.self)
     }
 
     // MARK: Memory access
@@ -384,7 +407,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             if Self.hasEntries(state.map) {
                 for index in 0..<Self.entryCount where index != state.entry {
                     guard baton_load64(entryInterest(state.map, index)) & bit != 0,
-                          baton_load32(entryWord(state.map, index, 0)) != 0 else { continue }
+                          baton_load64(entryToken(state.map, index)) != 0 else { continue }
                     let doorbell = entryWord(state.map, index, 4)
                     baton_add32(doorbell, 1)
                     if baton_load32(entryWord(state.map, index, 8)) != 0 { doorbells.append(doorbell) }
@@ -396,7 +419,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
             return (state.map, doorbells, state.bitCounts[slot % Self.entryCount] > 0)
         }
         withExtendedLifetime(map) {
-            for doorbell in doorbells { _ = baton_futex_wake_all(doorbell) }
+            for doorbell in doorbells { AddressWait.wakeAll(doorbell) }
         }
         // This process's own observers: delivered here rather than by waking its thread.
         if here { scan() }
@@ -433,7 +456,7 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
     }
 
     private struct Registration: SignalRegistration {
-        let table: FutexSignalTable
+        let table: SignalTable
         let id: UInt64
         func cancel() { table.unregister(id) }
     }
@@ -456,25 +479,33 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 
     // MARK: The signal thread
 
-    /// Starts the signal thread on first use, or wakes it.
+    /// Starts the signal thread on first use, or wakes it: bumps the local word, then rings the
+    /// word the thread sleeps on (its entry's doorbell, the shared sequence, or the local word).
     private func wakeThread() {
         if threadStarted.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
             KernelThread.spawn(name: "baton-signals") { [self] in self.run() }
-        } else {
-            baton_add32(localWord, 1)
-            _ = baton_futex_wake_all(localWord)
+            return
+        }
+        baton_add32(localWord, 1)
+        let target = state.withLock { $0.sleepingOn }
+        switch target {
+        case nil: break // running: it looks at the local word before it sleeps again
+        case .local: AddressWait.wakeAll(localWord)
+        case .shared(let map, let offset):
+            baton_add32(Self.word(map, offset), 1)
+            AddressWait.wakeAll(Self.word(map, offset))
         }
     }
 
-    /// One thread per process: sleeps on the table's sequence word (and on `localWord`) while
-    /// anything is observed, on `localWord` alone otherwise; on each wake, compares the observed
+    /// One thread per process: sleeps on its entry's doorbell (or the table's sequence word)
+    /// while anything is observed, on `localWord` otherwise; on each wake, compares the observed
     /// counters, then runs the jobs of tasks that prefer ``executor``.
     private func run() {
         let executor = threadExecutor.asUnownedTaskExecutor()
         while true {
             let localSeen = baton_load32(localWord)
             if runJobs(on: executor) { continue }
-            let plan = state.withLock { state -> (map: MappedFile, doorbell: UnsafeMutablePointer<UInt32>, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
+            let plan = state.withLock { state -> (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
                 try? followRetirement(&state)
                 let idle = state.observers.isEmpty
                 let overflow = !idle && state.entry == nil
@@ -482,26 +513,29 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
                     if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
                     state.countedAsWaiter = overflow
                 }
-                let doorbell = state.entry.map { entryWord(state.map, $0, 4) } ?? Self.word(state.map, 64)
+                let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
                 let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
-                return (state.map, doorbell, sleeping, baton_load32(doorbell), idle)
+                // Published before the last look at the local word: a waker that bumped it
+                // after `localSeen` either sees this target and rings it, or bumped it before we
+                // look again below.
+                state.sleepingOn = idle ? .local : .shared(state.map, offset: offset)
+                return (state.map, offset, sleeping, baton_load32(Self.word(state.map, offset)), idle)
             }
+            defer { state.withLock { $0.sleepingOn = nil } }
+            if baton_load32(localWord) != localSeen { continue }
             if plan.idle {
-                _ = baton_futex_wait(localWord, localSeen, -1)
+                _ = AddressWait.wait(on: localWord, expecting: localSeen, timeoutNanoseconds: -1)
                 continue
             }
             withExtendedLifetime(plan.map) {
                 // Say "may sleep" before the last scan: a poster that misses the flag changed
-                // the doorbell after `seen` was read, so the futex wait returns at once.
+                // the doorbell after `seen` was read, so the wait returns at once.
                 if let sleeping = plan.sleeping { baton_store32(sleeping, 1) }
                 defer { if let sleeping = plan.sleeping { baton_store32(sleeping, 0) } }
                 scan()
                 if runJobs(on: executor) { return }
-                if canWaitOnBoth {
-                    _ = baton_futex_wait_either(plan.doorbell, plan.seen, localWord, localSeen)
-                } else {
-                    _ = baton_futex_wait(plan.doorbell, plan.seen, -1)
-                }
+                if baton_load32(localWord) != localSeen { return }
+                _ = AddressWait.wait(on: Self.word(plan.map, plan.offset), expecting: plan.seen, timeoutNanoseconds: -1)
             }
         }
     }
@@ -518,10 +552,6 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 
     /// Queues a job for the signal thread.
     fileprivate func enqueue(_ job: UnownedJob) {
-        guard canWaitOnBoth else {
-            globalConcurrentExecutor.enqueue(job)
-            return
-        }
         jobs.withLock { $0.append(job) }
         wakeThread()
     }
@@ -558,11 +588,10 @@ final class FutexSignalTable: SignalBackend, @unchecked Sendable {
 final class SignalThreadExecutor: TaskExecutor, @unchecked Sendable {
     // @unchecked: `table` is written once, in the table's initializer, before the executor is
     // reachable from any other thread; the table's own state is behind Mutexes.
-    fileprivate weak var table: FutexSignalTable?
+    fileprivate weak var table: SignalTable?
 
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         if let table { table.enqueue(job) } else { globalConcurrentExecutor.enqueue(job) }
     }
 }
-#endif

@@ -1,7 +1,9 @@
+import Baton
 import CBatonShims
 
 /// A fair (first come, first served) cross-process lock: a ticket queue in a file mapped by every
-/// process of the container, woken with futex.
+/// process of the container, woken through ``AddressWait`` (futex on Linux, `os_sync` on Apple
+/// platforms).
 ///
 /// SQLite's busy handler is unfair: a writer that sleeps between retries can lose the lock to the
 /// same fast writer again and again (one writer got 1 commit in 5 s in measurements here). The
@@ -24,8 +26,11 @@ import CBatonShims
 ///   352 progress  (u64) a word kept by the user of the lock (the shared database's checkpoint
 ///                 progress)
 /// slots (64 bytes each, ticket % slotCount)
-///   0 owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned
-///   8 wake  (u32) futex word of the ticket's waiter
+///   0  owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned (the pid is only
+///      for messages)
+///   8  wake  (u32) the word the ticket's waiter sleeps on
+///   16 token (u64) the owner token (``OwnerTokens``) of the process that took the ticket,
+///      written before `owner`
 /// ```
 ///
 /// Keeping the turn: a holder that will likely use the lock again soon (the shared database after
@@ -38,48 +43,53 @@ import CBatonShims
 /// compare-and-swap) when the holder has been idle for ``idleLimit`` or its quantum is over, so a
 /// holder that stopped writing, or was stopped (SIGSTOP), delays the queue by at most that.
 ///
-/// Crash safety: a ticket's owner is recorded with its pid. A waiter that has slept for
-/// ``livenessInterval`` checks the process whose turn it is; a dead process's ticket (or one never
-/// claimed for a whole interval) is skipped. A waiter that gives up (deadline, cancellation,
-/// suspension) abandons its ticket, and whoever serves it skips it.
+/// Crash safety: a ticket records its owner's token (``OwnerTokens``), whose `flock` the kernel
+/// releases when the owner dies or suspends. A waiter watches the token of the process whose turn
+/// it is: the release rings the waiter's word, and it skips a dead owner's ticket at once, with no
+/// timer. (A ticket taken but never claimed, its owner killed between the two stores, is skipped
+/// after ``livenessInterval``: the only timed check.) A waiter that gives up (deadline,
+/// cancellation, suspension) abandons its ticket, and whoever serves it skips it.
 ///
-/// Waiting blocks the calling thread in the kernel (`FUTEX_WAIT`): call it from a thread that
+/// Waiting blocks the calling thread in the kernel (``AddressWait``): call it from a thread that
 /// may block, such as a database's writer queue, like SQLite's own busy handler does.
-public final class TicketLock: Sendable {
-    static let magic: UInt64 = 0x3154_4B54_4E54_4142 // "BATNTKT1" little-endian
-    static let version: UInt32 = 1
+package final class TicketLock: Sendable {
+    static let magic: UInt64 = 0x3254_4B54_4E54_4142 // "BATNTKT2" little-endian (owner tokens)
+    static let version: UInt32 = 2
     static let headerSize = 4096
     static let slotSize = 64
     /// How many tickets may be outstanding at once (one per waiting writer of every process).
-    public static let slotCount = 256
+    package static let slotCount = 256
     static let fileSize = headerSize + slotSize * slotCount
     static let nextOffset = 64, servingOffset = 128, sequenceOffset = 256, lastPIDOffset = 264
     static let holdOffset = 320, grantedOffset = 328, activityOffset = 336, watchersOffset = 344, progressOffset = 352
     static let holdActive: UInt64 = 1, holdKept: UInt64 = 2
 
     /// How long a kept turn lasts once others wait.
-    public static let quantum: Duration = .milliseconds(8)
+    package static let quantum: Duration = .milliseconds(8)
     /// How long a kept turn may stay idle once others wait.
-    public static let idleLimit: Duration = .microseconds(200)
+    package static let idleLimit: Duration = .microseconds(200)
 
-    /// How long a waiter sleeps before it checks that the process whose turn it is still lives.
-    public static let livenessInterval: Duration = .milliseconds(100)
+    /// How long a ticket may stay taken but unclaimed (its owner killed between taking and
+    /// recording it) before waiters skip it.
+    package static let livenessInterval: Duration = .milliseconds(100)
 
     private let map: MappedFile
-    /// This process's id, recorded in the tickets it takes (read once: `getpid` is a system call).
+    private let owners: OwnerTokens
+    /// This process's id, recorded in the tickets it takes for messages (read once: `getpid` is a
+    /// system call).
     private let pid = UInt32(bitPattern: getpid())
     /// The lock file's path relative to `.baton`.
-    public let name: String
+    package let name: String
 
     /// A ticket that holds the lock until ``release(_:)``.
-    public struct Ticket: Sendable, Hashable {
+    package struct Ticket: Sendable, Hashable {
         /// The ticket's number.
-        public let number: UInt32
+        package let number: UInt32
     }
 
     /// Opens (creating it if needed) the ticket queue `.baton/<name>`.
     /// - Throws: `invalidName`, `corrupt` when the file exists with another format, file errors.
-    public init(_ container: SharedContainer, name: String) throws {
+    package init(_ container: SharedContainer, name: String) throws {
         let components = name.split(separator: "/", omittingEmptySubsequences: false)
         var directory = ""
         for component in components {
@@ -104,6 +114,7 @@ public final class TicketLock: Sendable {
         }
         self.map = map
         self.name = name
+        self.owners = container.owners
     }
 
     private func word32(_ offset: Int) -> UnsafeMutablePointer<UInt32> {
@@ -122,10 +133,14 @@ public final class TicketLock: Sendable {
         word32(Self.headerSize + Int(ticket % UInt32(Self.slotCount)) * Self.slotSize + 8)
     }
 
-    /// Wakes the owner of `ticket` (its slot's futex word).
+    private func tokenWord(_ ticket: UInt32) -> UnsafeMutablePointer<UInt64> {
+        word64(Self.headerSize + Int(ticket % UInt32(Self.slotCount)) * Self.slotSize + 16)
+    }
+
+    /// Wakes the owner of `ticket` (its slot's word).
     private func wake(_ ticket: UInt32) {
         baton_add32(wakeWord(ticket), 1)
-        _ = baton_futex_wake_all(wakeWord(ticket))
+        AddressWait.wakeAll(wakeWord(ticket))
     }
 
     /// Takes a ticket and waits for its turn, blocking the calling thread.
@@ -138,19 +153,23 @@ public final class TicketLock: Sendable {
     ///     they check it.
     /// - Returns: The held ticket; pass it to ``release(_:)``.
     /// - Throws: `busy` at the deadline, or the interruption's error.
-    public func acquire(deadline: Deadline, interruption: () -> (any Error)?) throws -> Ticket {
+    package func acquire(deadline: Deadline, interruption: () -> (any Error)?) throws -> Ticket {
         let started = ContinuousClock.now
-        var number = takeTicket()
+        var number = try takeTicket()
         let serving = word32(Self.servingOffset)
         var unclaimedSince: (ticket: UInt32, at: ContinuousClock.Instant)?
+        // The token of the process whose turn it is, watched while we wait: its release (death,
+        // suspension) rings our word.
+        var watched: (token: UInt64, subscription: FileEvents.Subscription?)?
+        defer { withExtendedLifetime(watched) {} }
         while true {
             let seen = baton_load32(wakeWord(number))
             let current = baton_load32(serving)
             if current == number { return begin(number) }
             if Int32(bitPattern: current &- number) > 0 {
-                // Our ticket was skipped (we looked dead: stopped for a whole liveness interval
-                // before claiming it). Queue again.
-                number = takeTicket()
+                // Our ticket was skipped (we looked dead: suspended, or never claimed in time).
+                // Queue again.
+                number = try takeTicket()
                 continue
             }
             if let error = interruption() {
@@ -167,48 +186,78 @@ public final class TicketLock: Sendable {
                     cause: holder.map { HolderProcess(pid: $0) }
                 )
             }
+            // Is the process whose turn it is alive? (Watch first, then check: a death in between
+            // rings our word.)
+            var slice = deadline.remaining
+            let record = baton_load64(owner(current))
+            if UInt32(truncatingIfNeeded: record >> 32) == current {
+                unclaimedSince = nil
+                if UInt32(truncatingIfNeeded: record) == 0 {
+                    advance(from: current) // abandoned
+                    continue
+                }
+                let token = baton_load64(tokenWord(current))
+                if watched?.token != token {
+                    let word = WakeWord(pointer: wakeWord(number), map: map)
+                    watched = (token, owners.watch(token) { word.ring() })
+                }
+                if !owners.isAlive(token) {
+                    advance(from: current)
+                    continue
+                }
+            } else {
+                // Taken but not claimed yet: its owner is between two stores, or died there.
+                if let since = unclaimedSince, since.ticket == current {
+                    if ContinuousClock.now - since.at >= Self.livenessInterval {
+                        advance(from: current)
+                        continue
+                    }
+                } else {
+                    unclaimedSince = (current, ContinuousClock.now)
+                }
+                slice = slice.map { min($0, Self.livenessInterval) } ?? Self.livenessInterval
+            }
             // The first waiter takes over a kept turn that has run out, and otherwise sleeps only
             // until it may (the holder's release wakes it sooner).
-            var slice = min(deadline.remaining ?? Self.livenessInterval, Self.livenessInterval)
             if isFirstWaiter(number, serving: current) {
                 switch takeOverKeptTurn(current) {
                 case .taken: continue
                 case .notBefore(let instant):
                     if let instant {
                         let now = baton_monotonic_ns()
-                        slice = min(slice, .nanoseconds(Int64(instant > now ? instant - now : 0)))
+                        let until = Duration.nanoseconds(Int64(instant > now ? instant - now : 0))
+                        slice = slice.map { min($0, until) } ?? until
                     }
                 }
             }
-            let result = baton_futex_wait(wakeWord(number), seen, max(slice.nanoseconds, 0))
-            if result == -1, baton_errno() == ETIMEDOUT {
-                // Nobody woke us for a whole interval: is the process whose turn it is alive?
-                let now = baton_load32(serving)
-                guard now == current, now != number else { continue }
-                let record = baton_load64(owner(now))
-                if UInt32(truncatingIfNeeded: record >> 32) == now {
-                    let ownerPID = Int32(bitPattern: UInt32(truncatingIfNeeded: record))
-                    if ownerPID == 0 || !Self.isAlive(ownerPID) { advance(from: now) }
-                    unclaimedSince = nil
-                } else if let since = unclaimedSince, since.ticket == now {
-                    // Taken but never claimed: its owner died between taking and claiming.
-                    if ContinuousClock.now - since.at >= Self.livenessInterval { advance(from: now) }
-                } else {
-                    unclaimedSince = (now, ContinuousClock.now)
-                }
+            let timeout = slice.map { max($0.nanoseconds, 0) } ?? -1
+            _ = AddressWait.wait(on: wakeWord(number), expecting: seen, timeoutNanoseconds: timeout)
+        }
+    }
+
+    /// Rings a waiter's word from a death watch, keeping the queue's file mapped meanwhile.
+    private struct WakeWord: @unchecked Sendable {
+        // @unchecked: `pointer` stays mapped while `map` lives; touched with atomics only.
+        let pointer: UnsafeMutablePointer<UInt32>
+        let map: MappedFile
+        func ring() {
+            withExtendedLifetime(map) {
+                baton_add32(pointer, 1)
+                AddressWait.wakeAll(pointer)
             }
         }
     }
 
     /// Takes the lock only if nobody holds or waits for it; never blocks.
     /// - Returns: The held ticket, or `nil` when another ticket is outstanding.
-    public func tryAcquire() -> Ticket? {
+    package func tryAcquire() -> Ticket? {
+        guard let token = try? owners.current() else { return nil }
         let next = word32(Self.nextOffset)
         let number = baton_load32(next)
         guard baton_load32(word32(Self.servingOffset)) == number, baton_cas32(next, number, number &+ 1) != 0 else {
             return nil
         }
-        baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
+        claim(number, token: token)
         return begin(number)
     }
 
@@ -228,14 +277,14 @@ public final class TicketLock: Sendable {
 
     /// Keeps a held ticket's turn while idle, instead of releasing it: ``resume(_:)`` takes it
     /// back cheaply unless a waiter took it over meanwhile (see the type's documentation).
-    public func keep(_ ticket: Ticket) {
+    package func keep(_ ticket: Ticket) {
         baton_store64(word64(Self.activityOffset), baton_monotonic_ns())
         _ = baton_cas64(word64(Self.holdOffset), UInt64(ticket.number) << 32 | Self.holdActive, UInt64(ticket.number) << 32 | Self.holdKept)
     }
 
     /// Takes back a kept turn. Returns `false` when a waiter took it over (the ticket is gone:
     /// queue again with ``acquire(deadline:interruption:)``).
-    public func resume(_ ticket: Ticket) -> Bool {
+    package func resume(_ ticket: Ticket) -> Bool {
         let kept = UInt64(ticket.number) << 32 | Self.holdKept
         guard baton_cas64(word64(Self.holdOffset), kept, UInt64(ticket.number) << 32 | Self.holdActive) != 0 else { return false }
         return baton_load32(word32(Self.servingOffset)) == ticket.number
@@ -243,14 +292,14 @@ public final class TicketLock: Sendable {
 
     /// Whether the holder of `ticket` should release it now rather than keep it: someone waits
     /// and the turn has lasted its ``quantum``.
-    public func shouldYield(_ ticket: Ticket) -> Bool {
+    package func shouldYield(_ ticket: Ticket) -> Bool {
         guard baton_load32(word32(Self.nextOffset)) != ticket.number &+ 1 else { return false }
         return baton_monotonic_ns() &- baton_load64(word64(Self.grantedOffset)) >= UInt64(Self.quantum.nanoseconds)
     }
 
     /// Releases a kept turn if it is still kept (suspension, closing). Returns whether it was.
     @discardableResult
-    public func releaseKept(_ ticket: Ticket) -> Bool {
+    package func releaseKept(_ ticket: Ticket) -> Bool {
         guard baton_cas64(word64(Self.holdOffset), UInt64(ticket.number) << 32 | Self.holdKept, 0) != 0 else { return false }
         advance(from: ticket.number)
         return true
@@ -289,14 +338,23 @@ public final class TicketLock: Sendable {
         return false
     }
 
-    private func takeTicket() -> UInt32 {
+    /// Takes the next ticket and records this process as its owner.
+    /// - Throws: `suspended` while the container is suspended (no owner token).
+    private func takeTicket() throws -> UInt32 {
+        let token = try owners.current()
         let number = baton_add32(word32(Self.nextOffset), 1)
-        baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
+        claim(number, token: token)
         return number
     }
 
+    /// Records the owner of a ticket: the token first, then the record that says it is claimed.
+    private func claim(_ number: UInt32, token: UInt64) {
+        baton_store64(tokenWord(number), token)
+        baton_store64(owner(number), UInt64(number) << 32 | UInt64(pid))
+    }
+
     /// Releases a held ticket (kept or not): the next ticket's owner is woken.
-    public func release(_ ticket: Ticket) {
+    package func release(_ ticket: Ticket) {
         let hold = word64(Self.holdOffset)
         let current = baton_load64(hold)
         if current >> 32 == UInt64(ticket.number) { _ = baton_cas64(hold, current, 0) }
@@ -306,7 +364,7 @@ public final class TicketLock: Sendable {
     /// Bumps the shared sequence number (the shared database counts commits with it) and records
     /// this process as the last one to bump it. Returns the new value.
     @discardableResult
-    public func bumpSequence() -> UInt64 {
+    package func bumpSequence() -> UInt64 {
         let value = baton_add64(word64(Self.sequenceOffset), 1) &+ 1
         baton_store64(word64(Self.lastPIDOffset), UInt64(pid))
         return value
@@ -315,13 +373,13 @@ public final class TicketLock: Sendable {
     /// A count shared by every process, kept by the user of the lock (the shared database
     /// counts the processes that watch the commits of single tables, so that writers track
     /// which tables they change only while someone cares).
-    public var watcherCount: UInt32 { baton_load32(word32(Self.watchersOffset)) }
+    package var watcherCount: UInt32 { baton_load32(word32(Self.watchersOffset)) }
 
     /// Adds one to ``watcherCount``.
-    public func addWatcher() { baton_add32(word32(Self.watchersOffset), 1) }
+    package func addWatcher() { baton_add32(word32(Self.watchersOffset), 1) }
 
     /// Removes one from ``watcherCount`` (never below zero).
-    public func removeWatcher() {
+    package func removeWatcher() {
         let word = word32(Self.watchersOffset)
         while true {
             let value = baton_load32(word)
@@ -331,30 +389,30 @@ public final class TicketLock: Sendable {
 
     /// A 64-bit word shared by every process, kept by the user of the lock (the shared database
     /// records its checkpoint progress in it). Zero in a new queue.
-    public var progress: UInt64 { baton_load64(word64(Self.progressOffset)) }
+    package var progress: UInt64 { baton_load64(word64(Self.progressOffset)) }
 
     /// Sets ``progress`` to `new` if it is still `expected` (compare-and-swap). Returns whether it was.
     @discardableResult
-    public func updateProgress(from expected: UInt64, to new: UInt64) -> Bool {
+    package func updateProgress(from expected: UInt64, to new: UInt64) -> Bool {
         baton_cas64(word64(Self.progressOffset), expected, new) != 0
     }
 
     /// The shared sequence number.
-    public var sequence: UInt64 { baton_load64(word64(Self.sequenceOffset)) }
+    package var sequence: UInt64 { baton_load64(word64(Self.sequenceOffset)) }
 
     /// The process that bumped the sequence last.
-    public var lastSequencePID: Int32 {
+    package var lastSequencePID: Int32 {
         Int32(truncatingIfNeeded: baton_load64(word64(Self.lastPIDOffset)))
     }
 
     /// The process whose turn it is, if a ticket is being served by a live process.
-    public var holder: Int32? {
+    package var holder: Int32? {
         holderPID(of: baton_load32(word32(Self.servingOffset)))
     }
 
     /// Wakes every waiter of this process so that it checks its interruption (for suspension
     /// and cancellation). Waiters of other processes wake too and go back to sleep.
-    public func interruptWaiters() {
+    package func interruptWaiters() {
         for slot in 0..<UInt32(Self.slotCount) { wake(slot) }
     }
 
@@ -389,30 +447,4 @@ public final class TicketLock: Sendable {
             }
         }
     }
-
-    static func isAlive(_ pid: Int32) -> Bool {
-        if kill(pid, 0) == -1 && baton_errno() == ESRCH { return false }
-        // A killed child that was not reaped yet is a zombie: dead for our purpose.
-        if let bytes = try? Sys.readFile(AT_FDCWD, "/proc/\(pid)/stat", limit: 512).get("reading /proc/\(pid)/stat"),
-           let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count {
-            let state = bytes[close + 2]
-            if state == UInt8(ascii: "Z") || state == UInt8(ascii: "X") { return false }
-        }
-        return true
-    }
-}
-
-/// The process found holding a contended resource (the `cause` of a `busy` error).
-public struct HolderProcess: Error, Sendable, Hashable, CustomStringConvertible {
-    /// Its process id.
-    public var pid: Int32
-    /// Its presence kind, when it registered one.
-    public var kind: String?
-
-    public init(pid: Int32, kind: String? = nil) {
-        self.pid = pid
-        self.kind = kind
-    }
-
-    public var description: String { kind.map { "process \(pid) (\($0))" } ?? "process \(pid)" }
 }

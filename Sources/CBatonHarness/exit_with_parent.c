@@ -1,9 +1,12 @@
-#include "CBatonShims.h"
+#include "CBatonHarness.h"
 
 #if defined(__linux__)
-#include <pthread.h>
+#include <errno.h>
 #include <poll.h>
-#include <signal.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static void *baton_parent_watch(void *arg) {
     int pidfd = (int)(intptr_t)arg;

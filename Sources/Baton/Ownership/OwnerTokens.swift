@@ -1,0 +1,225 @@
+import CBatonShims
+import Synchronization
+
+/// Identities of live processes in a container, vouched for by the kernel.
+///
+/// A process that needs to own something in shared memory (a lock word, a signal-table entry, a
+/// channel element it took, a writer-queue ticket) records its *owner token* there: a random
+/// 63-bit number with a file `.baton/owners/<token>` that the process keeps open with an
+/// exclusive `flock`. The kernel releases that lock the instant the process dies, so anyone can
+/// tell whether a recorded owner still lives (``isAlive(_:)``: one open and one non-blocking
+/// `flock`) and be woken when it dies (``watch(_:callback:)``, through ``FileEvents``), without
+/// pids (which are reused, and which iOS's sandbox hides), `/proc`, robust mutexes or OFD locks.
+///
+/// Suspension: a suspended process may hold no lock (iOS's 0xDEAD10CC), so the container's
+/// suspension first waits for this process's critical sections (``enter()``/``leave()``) to end,
+/// then releases the token; from then on this process's records read as dead, and others may
+/// repair or reclaim what they name. After the suspension the process takes a *new* token on
+/// first use: whatever it owned before must be claimed again, which is exactly what a process
+/// that may have been presumed dead has to do.
+package final class OwnerTokens: Sendable {
+    static let directoryName = "owners"
+
+    /// A descriptor of `.baton` of its own, and the directory's path.
+    private let directory: Int32
+    private let batonPath: String
+    private let fileMode: mode_t
+    private struct State {
+        var token: UInt64?
+        var fd: Int32 = -1
+        var suspended = false
+        /// Critical sections of this process bound to the current token.
+        var inside = 0
+    }
+    private let state = Mutex(State())
+    /// Moves when the last critical section ends (a suspension waits on it).
+    private let sectionsEnded = EventCounter()
+
+    /// - Parameters:
+    ///   - directory: A descriptor of the container's `.baton` directory (duplicated here).
+    ///   - batonPath: Its path.
+    ///   - fileMode: The mode of the files created.
+    init(directory: Int32, batonPath: String, fileMode: mode_t) throws {
+        self.directory = try Sys.retrying("dup") { baton_fcntl_int(directory, F_DUPFD_CLOEXEC, 0) }.get("keeping \(batonPath) open")
+        self.batonPath = batonPath
+        self.fileMode = fileMode
+    }
+
+    deinit {
+        let fd = state.withLock { $0.fd }
+        if fd >= 0 { Sys.unlockAndClose(fd) }
+        Sys.close(directory)
+    }
+
+    // MARK: This process's token
+
+    /// This process's token, taken on first use. - Throws: `suspended` while suspended.
+    package func current() throws -> UInt64 {
+        let (token, created) = try state.withLock { state in try take(&state) }
+        if created { sweep() }
+        return token
+    }
+
+    /// Begins a critical section that records this process's token in shared state; the
+    /// container's suspension waits until it ends (``leave()``). Returns the token.
+    /// - Throws: `suspended` while suspended.
+    package func enter() throws -> UInt64 {
+        let (token, created) = try state.withLock { state in
+            let taken = try take(&state)
+            state.inside += 1
+            return taken
+        }
+        if created { sweep() }
+        return token
+    }
+
+    /// Ends a critical section begun with ``enter()``.
+    package func leave() {
+        let last = state.withLock { state -> Bool in
+            state.inside -= 1
+            return state.inside == 0 && state.suspended
+        }
+        if last { sectionsEnded.notify() }
+    }
+
+    /// The current token, taken now if needed (`created`).
+    private func take(_ state: inout State) throws -> (token: UInt64, created: Bool) {
+        if let token = state.token { return (token, false) }
+        if state.suspended {
+            throw BatonError(.suspended, "cannot take ownership of shared state while the process is suspended; call resume() first")
+        }
+        switch Sys.mkdirat(directory, Self.directoryName, 0o700) {
+        case .success: break
+        case .failure(let error) where error.errno == EEXIST: break
+        case .failure(let error): throw BatonError.system(error, "creating \(batonPath)/\(Self.directoryName)")
+        }
+        while true {
+            var token = UInt64.random(in: 1...UInt64(Int64.max))
+            if token == 0 { token = 1 }
+            // Created under a temporary name, locked, then renamed into place: a sweep never
+            // sees the file unlocked.
+            let temporary = Self.directoryName + "/.new-" + Self.name(token)
+            let fd = try Sys.openat(directory, temporary, O_RDWR | O_CREAT | O_EXCL, fileMode).get("creating the owner token \(temporary)")
+            do {
+                guard try Sys.tryFlock(fd, LOCK_EX).get("locking the owner token \(temporary)") else {
+                    throw BatonError(.lockingNotSupported, "a new owner token file could not be locked")
+                }
+                switch Sys.fstatat(directory, Self.path(token)) {
+                case .success:
+                    _ = Sys.unlinkat(directory, temporary)
+                    Sys.unlockAndClose(fd)
+                    continue // taken already (one in 2^63): draw again
+                case .failure: break
+                }
+                try Sys.renameat(directory, temporary, directory, Self.path(token)).get("installing the owner token \(Self.path(token))")
+            } catch {
+                _ = Sys.unlinkat(directory, temporary)
+                Sys.unlockAndClose(fd)
+                throw error
+            }
+            state.token = token
+            state.fd = fd
+            return (token, true)
+        }
+    }
+
+    static func name(_ token: UInt64) -> String {
+        let hex = String(token, radix: 16)
+        return String(repeating: "0", count: max(0, 16 - hex.count)) + hex
+    }
+
+    static func path(_ token: UInt64) -> String { directoryName + "/" + name(token) }
+
+    // MARK: Other processes' tokens
+
+    /// Whether the process that holds `token` is alive and not suspended. This process's own
+    /// current token is alive. A token whose holder is gone has its file removed.
+    package func isAlive(_ token: UInt64) -> Bool {
+        if token == 0 { return false }
+        if state.withLock({ $0.token }) == token { return true }
+        let path = Self.path(token)
+        let fd: Int32
+        switch Sys.openat(directory, path, O_RDONLY) {
+        case .success(let value): fd = value
+        case .failure(let error): return error.errno != ENOENT && error.errno != ENOTDIR
+        }
+        switch Sys.tryFlock(fd, LOCK_SH) {
+        case .success(false):
+            Sys.close(fd)
+            return true
+        case .success(true):
+            // Nobody holds it: its process died or was suspended. Remove the file (its id is
+            // never drawn again while it exists, and a resumed process takes a new one).
+            _ = Sys.unlinkat(directory, path)
+            Sys.unlockAndClose(fd)
+            return false
+        case .failure:
+            Sys.close(fd)
+            return true
+        }
+    }
+
+    /// Calls `callback` (on the file-event thread) when the holder of `token` may have released
+    /// it: it died, was suspended, or its file was removed. Returns the subscription to keep
+    /// while waiting, or `nil` when the token is already dead (check ``isAlive(_:)`` *after*
+    /// subscribing: a death in between is then reported one way or the other).
+    package func watch(_ token: UInt64, callback: @escaping @Sendable () -> Void) -> FileEvents.Subscription? {
+        try? FileEvents.shared.subscribe(path: batonPath + "/" + Self.path(token), interest: .writerGone, callback: callback)
+    }
+
+    /// Subscribes to the release of any token of the container (a process died or suspended):
+    /// for waits that depend on several processes at once.
+    package func watchAll() throws -> FileEvents.Subscription {
+        switch Sys.mkdirat(directory, Self.directoryName, 0o700) {
+        case .success: break
+        case .failure(let error) where error.errno == EEXIST: break
+        case .failure(let error): throw BatonError.system(error, "creating \(batonPath)/\(Self.directoryName)")
+        }
+        return try FileEvents.shared.subscribe(path: batonPath + "/" + Self.directoryName, interest: .writerGoneInDirectory)
+    }
+
+    /// Removes the files of dead tokens (run when a process takes its first token).
+    package func sweep() {
+        for name in Sys.directoryEntries(directory, Self.directoryName) where !name.hasPrefix(".") {
+            guard let token = UInt64(name, radix: 16) else { continue }
+            _ = isAlive(token)
+        }
+    }
+
+    // MARK: Suspension
+
+    /// Waits for this process's critical sections to end, then releases the token.
+    func suspend() async {
+        while true {
+            let seen = sectionsEnded.snapshot()
+            let done = state.withLock { state -> Bool in
+                state.suspended = true
+                guard state.inside == 0 else { return false }
+                if state.fd >= 0 {
+                    Sys.unlockAndClose(state.fd)
+                    _ = Sys.unlinkat(directory, Self.path(state.token!))
+                }
+                state.fd = -1
+                state.token = nil
+                return true
+            }
+            if done { return }
+            // A critical section lasts microseconds and never waits for this task.
+            try? await sectionsEnded.wait(after: seen, deadline: .never)
+        }
+    }
+
+    func resume() {
+        state.withLock { $0.suspended = false }
+    }
+}
+
+
+/// Forwards the container's suspension to its owner tokens (held weakly: the container keeps
+/// both).
+final class OwnerTokenSuspension: SuspensionParticipant {
+    private weak let tokens: OwnerTokens?
+    init(_ tokens: OwnerTokens) { self.tokens = tokens }
+    func suspend() async { await tokens?.suspend() }
+    func resume() async throws { tokens?.resume() }
+}

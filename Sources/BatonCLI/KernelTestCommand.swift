@@ -1,0 +1,70 @@
+import ArgumentParser
+import Baton
+import CBatonShims
+
+/// Hidden workers for the kernel-layer tests: a process that sleeps on a shared word, one that
+/// holds an owner token, one that holds a ``SharedMutex``.
+struct KernelTestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kernel-test",
+        abstract: "Test workers for the kernel layer.",
+        shouldDisplay: false,
+        subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self]
+    )
+
+    /// Maps `.baton/<file>` (4 KiB) and sleeps on its first word until it moves or the timeout
+    /// passes: prints "waiting <value>", then "woken <value>" or "timed-out".
+    struct WaitWord: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "wait-word")
+        @OptionGroup var container: ContainerOptions
+        @Option var file: String
+        @Option var timeout: Double = 10
+
+        func run() async throws {
+            let container = try container.open()
+            let map = try MappedFile(container, relativePath: file, minimumSize: 4096)
+            let word = map.pointer.assumingMemoryBound(to: UInt32.self)
+            let seen = baton_load32(word)
+            emit("waiting \(seen)")
+            let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+            while baton_load32(word) == seen {
+                if AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: AddressWait.timeout(until: deadline)) == .timedOut {
+                    emit("timed-out")
+                    return
+                }
+            }
+            emit("woken \(baton_load32(word))")
+        }
+    }
+
+    /// Takes this process's owner token, prints "token <hex>", and sleeps until killed.
+    struct HoldToken: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "hold-token")
+        @OptionGroup var container: ContainerOptions
+
+        func run() async throws {
+            let container = try container.open()
+            emit("token \(String(try container.owners.current(), radix: 16))")
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        }
+    }
+
+    /// Takes the ``SharedMutex`` at the start of `.baton/<file>`, prints "held <token hex>", and
+    /// sleeps holding it until killed.
+    struct HoldMutex: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "hold-mutex")
+        @OptionGroup var container: ContainerOptions
+        @Option var file: String
+
+        func run() async throws {
+            let container = try container.open()
+            let map = try MappedFile(container, relativePath: file, minimumSize: 4096)
+            let token = try container.owners.enter()
+            guard SharedMutex(map.pointer).lock(as: token, tokens: container.owners, deadline: .now + .seconds(10), keepAlive: map) != nil else {
+                throw ExitCode(3)
+            }
+            emit("held \(String(token, radix: 16))")
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+// The Linux half of the kernel layer's C declarations (see Sources/Baton/Kernel). Included by
+// CBatonShims.h only; nothing outside the kernel layer calls these directly.
+#ifndef C_BATON_SHIMS_LINUX_H
+#define C_BATON_SHIMS_LINUX_H
+
+#include <stdint.h>
+#include <time.h>
+#include <limits.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <linux/futex.h>
+
+/// FUTEX_WAIT on a word that may be shared between processes (not FUTEX_PRIVATE_FLAG, so it works
+/// on private memory too). `timeout_ns` < 0 waits forever. Returns 0 or -1 with errno (EAGAIN
+/// when the word already differs, ETIMEDOUT, EINTR).
+static inline int baton_linux_futex_wait(uint32_t *addr, uint32_t expected, int64_t timeout_ns) {
+    struct timespec ts;
+    struct timespec *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = (time_t)(timeout_ns / 1000000000LL);
+        ts.tv_nsec = (long)(timeout_ns % 1000000000LL);
+        tsp = &ts;
+    }
+    return (int)syscall(SYS_futex, addr, FUTEX_WAIT, expected, tsp, NULL, 0);
+}
+
+/// FUTEX_WAKE of up to `count` waiters (INT_MAX for all). Returns the number woken or -1.
+static inline int baton_linux_futex_wake(uint32_t *addr, int count) {
+    return (int)syscall(SYS_futex, addr, FUTEX_WAKE, count, NULL, NULL, 0);
+}
+
+/// Monotonic nanoseconds (CLOCK_MONOTONIC: one clock for every process of the machine).
+static inline uint64_t baton_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/// Names the calling thread (visible in `top -H`, gdb, /proc/<pid>/task/*/comm).
+static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+#endif
