@@ -14,13 +14,15 @@ package final class MappedFile: @unchecked Sendable {
     package let relativePath: String
 
     /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
-    /// than `minimumSize`, it is extended with zeros first.
+    /// than `minimumSize`, it is extended with zeros first, its blocks reserved
+    /// (``FileSpace``): a full disk throws `noSpace` here instead of a `SIGBUS` on a later write
+    /// through the mapping.
     package init(_ container: SharedContainer, relativePath: String, minimumSize: Int, create: Bool = true) throws {
         let fd = try container.openFile(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
         do {
             var size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
             if size < minimumSize {
-                try Sys.ftruncate(fd, minimumSize).get("extending \(relativePath) to \(minimumSize) bytes")
+                try FileSpace.reserve(fd, from: size, to: minimumSize, path: relativePath)
                 size = minimumSize
             }
             self.pointer = try Sys.mmap(fd, size: size, writable: true).get("mapping \(relativePath)")
@@ -33,11 +35,12 @@ package final class MappedFile: @unchecked Sendable {
         }
     }
 
-    /// Maps the file again at `size` bytes (extending the file when it is shorter).
+    /// Maps the file again at `size` bytes (extending the file, its blocks reserved, when it is
+    /// shorter). - Throws: `noSpace` when the disk is full (the mapping is left as it was).
     package func remap(size newSize: Int) throws {
         let current = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
         if current < newSize {
-            try Sys.ftruncate(fd, newSize).get("extending \(relativePath) to \(newSize) bytes")
+            try FileSpace.reserve(fd, from: current, to: newSize, path: relativePath)
         }
         let newPointer = try Sys.mmap(fd, size: max(newSize, current), writable: true).get("mapping \(relativePath)")
         Sys.munmap(pointer, size: size)

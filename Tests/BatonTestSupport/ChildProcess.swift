@@ -27,8 +27,9 @@ package final class ChildProcess: Sendable {
         return directory.appendingPathComponent("baton").path
     }
 
-    /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
-    package init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+    /// Starts `baton <arguments>` (or `executable <arguments>`) with `BATON_CONTAINER` set to
+    /// `container`.
+    package init(_ arguments: [String], container: String?, environment extra: [String: String] = [:], executable: String = ChildProcess.executable) throws {
         self.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         if let container { environment["BATON_CONTAINER"] = container }
@@ -48,14 +49,14 @@ package final class ChildProcess: Sendable {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
-        let argv = ([Self.executable] + arguments).map { strdup($0) } + [nil]
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, Self.executable, &actions, nil, argv, envp)
+        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         Glibc.close(pipe[1])
         Glibc.close(errorPipe[1])
         guard result == 0 else {

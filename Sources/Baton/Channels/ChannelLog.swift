@@ -95,7 +95,7 @@ final class ChannelLog: @unchecked Sendable {
             let size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
             if size < Self.headerSize {
                 try Sys.ftruncate(fd, 0).get("resetting \(relativePath)")
-                try Sys.ftruncate(fd, Self.headerSize + Self.initialDataSize).get("creating \(relativePath)")
+                try FileSpace.reserve(fd, from: 0, to: Self.headerSize + Self.initialDataSize, path: relativePath)
             }
             let mapped = try Sys.mmap(fd, size: Self.headerSize, writable: true).get("mapping \(relativePath)")
             headerMemory = ChannelHeaderMemory(mapped: mapped, size: Self.headerSize)
@@ -231,7 +231,7 @@ final class ChannelLog: @unchecked Sendable {
         }
         let fileSize = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
         if fileSize < Self.headerSize + size {
-            try Sys.ftruncate(fd, Self.headerSize + size).get("extending \(relativePath)")
+            try FileSpace.reserve(fd, from: fileSize, to: Self.headerSize + size, path: relativePath)
         }
         let mapped = try mapData(fd, size: size, relativePath: relativePath)
         if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
@@ -274,7 +274,8 @@ final class ChannelLog: @unchecked Sendable {
             mappedDataSize = newSize
             setField(Self.oDataSize, newSize)
         case .file(let fd, let relativePath, _):
-            try Sys.ftruncate(fd, Self.headerSize + newSize).get("growing \(relativePath) to \(newSize) bytes")
+            let current = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+            try FileSpace.reserve(fd, from: current, to: Self.headerSize + newSize, path: relativePath)
             setField(Self.oDataSize, newSize)
             try followDataSize()
         }

@@ -111,9 +111,9 @@ final class RoleDirectory: Sendable {
         // A record file cut short by someone else would fault the mapping (SIGBUS): extend it
         // again first (the lost part reads as zeros, and a record without a valid slot is
         // recovered below).
-        let size = try Sys.fstat(record.fd).get("checking the record of role \(name)").st_size
+        let size = Int(try Sys.fstat(record.fd).get("checking the record of role \(name)").st_size)
         if size < RoleRecord.fileSize {
-            try Sys.ftruncate(record.fd, RoleRecord.fileSize).get("extending the record of role \(name)")
+            try FileSpace.reserve(record.fd, from: size, to: RoleRecord.fileSize, path: "the record of role \(name)")
         }
         let count = min(record.size, RoleRecord.fileSize)
         do {

@@ -134,7 +134,13 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         }
         let temporary = fileName + ".new-\(getpid())"
         _ = Sys.unlinkat(container.directory, temporary)
-        let fresh = try MappedFile(container, relativePath: temporary, minimumSize: fileSize)
+        let fresh: MappedFile
+        do {
+            fresh = try MappedFile(container, relativePath: temporary, minimumSize: fileSize)
+        } catch {
+            _ = Sys.unlinkat(container.directory, temporary) // e.g. noSpace: leave nothing behind
+            throw error
+        }
         let base = fresh.pointer
         base.storeBytes(of: magic.littleEndian, toByteOffset: 0, as: UInt64.self)
         base.storeBytes(of: version.littleEndian, toByteOffset: 8, as: UInt32.self)
