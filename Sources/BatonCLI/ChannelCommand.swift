@@ -136,7 +136,7 @@ struct ChannelCommand: AsyncParsableCommand {
 struct ChannelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "test-worker", abstract: "Channel test workers (internal).", shouldDisplay: false,
-        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self])
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self, ReceiveAndDie.self])
 
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
@@ -217,6 +217,21 @@ struct ChannelTestCommand: AsyncParsableCommand {
                 try await replies.send(text, deadline: .after(.seconds(60)))
             }
             emit("done")
+        }
+    }
+
+    struct ReceiveAndDie: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "receive-and-die",
+            abstract: "Print 'ready', receive one element, and die (SIGKILL) right after its acknowledgement released the lock.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            emit("ready")
+            guard let delivery = try await channel.takeUnacknowledged(deadline: .never) else { return }
+            SharedChannel<JSONElement>.killProcessAfterNextAcknowledgeForTesting()
+            _ = try delivery.acknowledge()
         }
     }
 

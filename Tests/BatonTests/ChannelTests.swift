@@ -43,6 +43,24 @@ struct ChannelTests {
         #expect(Set(received) == Set(0..<(4 * perProducer)), "an element was lost")
     }
 
+    @Test("a sender asleep on a full channel wakes when the receiver that made room dies right after its acknowledgement")
+    func noLostWakeUpWhenReceiverDiesAfterAcknowledging() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "full", capacity: .bounded(1))
+        try await channel.send(1)
+        for round in 0..<3 {
+            // The sender goes to sleep first (the channel is full), then the receiver makes room
+            // and is killed the moment its acknowledgement releases the lock.
+            let sending = Task { try await channel.send(round + 2, deadline: .after(.seconds(60))) }
+            try await Task.sleep(for: .milliseconds(300))
+            let receiver = try ChildProcess(["channel", "test-worker", "receive-and-die", "full"], container: directory.path)
+            try await receiver.line(timeout: 30) { $0 == "ready" }
+            try await within(15, "the blocked send after the receiver's acknowledgement") { try await sending.value }
+            _ = try await receiver.wait()
+        }
+        #expect(try channel.tryReceive() == 4)
+    }
+
     @Test("an unbounded channel grows while another process reads it, and keeps one producer's order")
     func unboundedGrowsAcrossProcesses() async throws {
         let directory = try TemporaryContainer()

@@ -23,7 +23,7 @@ import Synchronization
 /// takes; a frame it took but did not acknowledge goes back to the channel once its token is
 /// released (the process died or suspended).
 final class ChannelLog: @unchecked Sendable {
-    // @unchecked: `data`, `mappedDataSize` and `slot` are read and written only while holding the
+    // @unchecked: `data`, `mappedDataSize`, `slot` and `pendingRings` are read and written only while holding the
     // lock in the header (see `withLock`); header fields are touched with atomics (most under the
     // same lock); the doorbells and `local` are Sendable.
 
@@ -55,6 +55,8 @@ final class ChannelLog: @unchecked Sendable {
     private var data: UnsafeMutableRawPointer
     private var mappedDataSize: Int
     private var slot: Int?
+    /// Doorbells to ring before the lock is released (set under the lock; see `withLock`).
+    private var pendingRings: (readable: Bool, writable: Bool) = (false, false)
     private let container: SharedContainer?
     private let local = Mutex<(events: FileEvents.Subscription?, suspension: SuspensionController.RegistrationToken?)>((nil, nil))
     /// Owner tokens of the container (nil for an in-process channel, whose lock owner is always
@@ -206,20 +208,38 @@ final class ChannelLog: @unchecked Sendable {
     // MARK: The lock
 
     /// Runs `body` holding the channel's lock. When the previous holder died inside, the log is
-    /// repaired first.
+    /// repaired first, and both doorbells ring.
+    ///
+    /// Doorbells that `body` asks for (``ringOnUnlock(readable:writable:)``) ring *before* the
+    /// lock is released: a process killed after its change but before its ring would otherwise
+    /// leave a waiter asleep while there is room or an element. Killed before the ring, it still
+    /// holds the lock, and the next locker's repair rings both.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(_ body: () throws -> R) throws -> R {
         let mutex = SharedMutex(header.advanced(by: Self.oMutex))
         let token = try owners?.enter() ?? Self.inProcessToken
         defer { owners?.leave() }
         let acquired = mutex.lock(as: token, tokens: owners, deadline: nil, keepAlive: headerMemory)
-        defer { mutex.unlock(as: token) }
+        defer {
+            let rings = pendingRings
+            pendingRings = (false, false)
+            if rings.readable { readable.ring() }
+            if rings.writable { writable.ring() }
+            mutex.unlock(as: token)
+        }
         if acquired == .ownerDied {
             try? followDataSize()
             repair()
+            ringOnUnlock(readable: true, writable: true)
         }
         try followDataSize()
         return try body()
+    }
+
+    /// Asks for doorbells to ring before the lock is released (call under the lock).
+    private func ringOnUnlock(readable: Bool = false, writable: Bool = false) {
+        if readable { pendingRings.readable = true }
+        if writable { pendingRings.writable = true }
     }
 
     /// Maps the data region again when another process grew it.
@@ -428,9 +448,9 @@ final class ChannelLog: @unchecked Sendable {
                 }
                 return true
             }
+            ringOnUnlock(readable: returned)
             return returned
         }
-        if returned { readable.ring() }
         return returned
     }
 
@@ -473,11 +493,11 @@ final class ChannelLog: @unchecked Sendable {
             setField(Self.oTail, tail + size)
             wasEmpty = field(Self.oReady) <= 0
             addField(Self.oReady, 1)
+            // Receivers wait only after finding nothing ready, so only the first frame after
+            // that needs to ring.
+            ringOnUnlock(readable: wasEmpty)
             return true
         }
-        // Receivers wait only after finding nothing ready, so only the first frame after that
-        // needs to ring.
-        if appended && wasEmpty { readable.ring() }
         return appended
     }
 
@@ -512,77 +532,80 @@ final class ChannelLog: @unchecked Sendable {
         var ringWritable = false
         var ringReadable = false
         let result = try withLock { () -> TakeResult in
-            let mySlot = try ensureSlot(returnedFrames: &ringReadable)
-            let tail = min(field(Self.oTail), mappedDataSize)
-            var offset = field(Self.oHead)
-            var othersTaking = false
-            while offset < tail {
-                guard let size = extent(offset, tail: tail) else {
-                    let next = resynchronize(after: offset, tail: tail)
-                    if offset == field(Self.oHead) {
-                        setField(Self.oHead, next)
-                        advanceHead()
+            let result = try { () throws -> TakeResult in
+                let mySlot = try ensureSlot(returnedFrames: &ringReadable)
+                let tail = min(field(Self.oTail), mappedDataSize)
+                var offset = field(Self.oHead)
+                var othersTaking = false
+                while offset < tail {
+                    guard let size = extent(offset, tail: tail) else {
+                        let next = resynchronize(after: offset, tail: tail)
+                        if offset == field(Self.oHead) {
+                            setField(Self.oHead, next)
+                            advanceHead()
+                            recount()
+                            addField(Self.oMalformed, 1)
+                            ringWritable = true
+                            return .malformed("the channel \(name) held \(next - offset) damaged bytes at offset \(offset) (a frame failed its format check); they were skipped and the channel goes on")
+                        }
+                        offset = next
+                        continue
+                    }
+                    let base = frame(offset)
+                    switch state(offset) {
+                    case ChannelFrame.State.ready.rawValue:
+                        guard ChannelFrame.checksumMatches(base), let coding = ChannelFrame.coding(base) else {
+                            setState(offset, .done)
+                            addField(Self.oReady, -1)
+                            addField(Self.oMalformed, 1)
+                            advanceHead()
+                            ringWritable = true
+                            return .malformed("a frame of the channel \(name) failed its CRC-32C check or names an unknown coding; it was skipped and the channel goes on")
+                        }
+                        let length = ChannelFrame.payloadLength(base)
+                        let payload = UnsafeRawBufferPointer(start: base.advanced(by: ChannelFrame.headerSize), count: length)
+                        // A rendezvous sender waits for its frame to leave the ready state.
+                        ringWritable = capacity == .rendezvous
+                        if acknowledge {
+                            extract(payload, coding)
+                            if case .bounded(let limit) = capacity, field(Self.oReady) + field(Self.oTaken) >= limit { ringWritable = true }
+                            setState(offset, .done)
+                            addField(Self.oReady, -1)
+                            if offset == field(Self.oHead) { advanceHead() }
+                            return .taken(Taken(offset: offset, epoch: 0, takeID: 0, coding: coding))
+                        }
+                        let takeID = UInt64(field(Self.oNextTake) &+ 1)
+                        setField(Self.oNextTake, Int(truncatingIfNeeded: takeID))
+                        base.storeBytes(of: UInt32(mySlot), toByteOffset: 4, as: UInt32.self)
+                        base.storeBytes(of: takeID, toByteOffset: 8, as: UInt64.self)
+                        setState(offset, .taken)
+                        addField(Self.oReady, -1)
+                        addField(Self.oTaken, 1)
+                        extract(payload, coding)
+                        return .taken(Taken(offset: offset, epoch: field(Self.oEpoch), takeID: takeID, coding: coding))
+                    case ChannelFrame.State.taken.rawValue:
+                        if storage.isFile, baton_load32(Self.word(data, offset + 4)) != UInt32(mySlot) { othersTaking = true }
+                    case ChannelFrame.State.done.rawValue:
+                        break
+                    default:
+                        setState(offset, .done)
                         recount()
                         addField(Self.oMalformed, 1)
-                        ringWritable = true
-                        return .malformed("the channel \(name) held \(next - offset) damaged bytes at offset \(offset) (a frame failed its format check); they were skipped and the channel goes on")
-                    }
-                    offset = next
-                    continue
-                }
-                let base = frame(offset)
-                switch state(offset) {
-                case ChannelFrame.State.ready.rawValue:
-                    guard ChannelFrame.checksumMatches(base), let coding = ChannelFrame.coding(base) else {
-                        setState(offset, .done)
-                        addField(Self.oReady, -1)
-                        addField(Self.oMalformed, 1)
                         advanceHead()
-                        ringWritable = true
-                        return .malformed("a frame of the channel \(name) failed its CRC-32C check or names an unknown coding; it was skipped and the channel goes on")
+                        return .malformed("a frame of the channel \(name) had an unknown state; it was skipped and the channel goes on")
                     }
-                    let length = ChannelFrame.payloadLength(base)
-                    let payload = UnsafeRawBufferPointer(start: base.advanced(by: ChannelFrame.headerSize), count: length)
-                    // A rendezvous sender waits for its frame to leave the ready state.
-                    ringWritable = capacity == .rendezvous
-                    if acknowledge {
-                        extract(payload, coding)
-                        if case .bounded(let limit) = capacity, field(Self.oReady) + field(Self.oTaken) >= limit { ringWritable = true }
-                        setState(offset, .done)
-                        addField(Self.oReady, -1)
-                        if offset == field(Self.oHead) { advanceHead() }
-                        return .taken(Taken(offset: offset, epoch: 0, takeID: 0, coding: coding))
-                    }
-                    let takeID = UInt64(field(Self.oNextTake) &+ 1)
-                    setField(Self.oNextTake, Int(truncatingIfNeeded: takeID))
-                    base.storeBytes(of: UInt32(mySlot), toByteOffset: 4, as: UInt32.self)
-                    base.storeBytes(of: takeID, toByteOffset: 8, as: UInt64.self)
-                    setState(offset, .taken)
-                    addField(Self.oReady, -1)
-                    addField(Self.oTaken, 1)
-                    extract(payload, coding)
-                    return .taken(Taken(offset: offset, epoch: field(Self.oEpoch), takeID: takeID, coding: coding))
-                case ChannelFrame.State.taken.rawValue:
-                    if storage.isFile, baton_load32(Self.word(data, offset + 4)) != UInt32(mySlot) { othersTaking = true }
-                case ChannelFrame.State.done.rawValue:
-                    break
-                default:
-                    setState(offset, .done)
-                    recount()
-                    addField(Self.oMalformed, 1)
-                    advanceHead()
-                    return .malformed("a frame of the channel \(name) had an unknown state; it was skipped and the channel goes on")
+                    offset += size
                 }
-                offset += size
-            }
-            // Nothing ready was found: keep the count honest (appends ring only after it was 0).
-            if field(Self.oReady) != 0 { recount() }
-            if isClosed && field(Self.oTaken) <= 0 { return .end }
-            return .empty(othersTaking: othersTaking)
+                // Nothing ready was found: keep the count honest (appends ring only after it was 0).
+                if field(Self.oReady) != 0 { recount() }
+                if isClosed && field(Self.oTaken) <= 0 { return .end }
+                return .empty(othersTaking: othersTaking)
+            }()
+            var closedAfterTake = false
+            if acknowledge, case .taken = result, isClosed { closedAfterTake = true }
+            ringOnUnlock(readable: ringReadable || closedAfterTake, writable: ringWritable)
+            return result
         }
-        if ringReadable { readable.ring() }
-        if ringWritable { writable.ring() }
-        if acknowledge, case .taken = result, isClosed { readable.ring() }
         return result
     }
 
@@ -624,13 +647,11 @@ final class ChannelLog: @unchecked Sendable {
         let acknowledged = try withLock { () -> Bool in
             guard let offset = locate(taken) else { return false }
             wasFull = settle(offset)
+            // Senders wait only when the channel is full: ring when it stops being full.
+            ringOnUnlock(readable: isClosed, writable: wasFull)
             return true
         }
-        if acknowledged {
-            // Senders wait only when the channel is full: ring when it stops being full.
-            if wasFull { writable.ring() }
-            if isClosed { readable.ring() }
-        }
+        if Self.killAfterAcknowledge.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
         return acknowledged
     }
 
@@ -641,9 +662,10 @@ final class ChannelLog: @unchecked Sendable {
             setState(offset, .ready)
             addField(Self.oTaken, -1)
             addField(Self.oReady, 1)
+            ringOnUnlock(readable: true)
             return true
         }
-        if released { readable.ring() }
+        _ = released
     }
 
     /// The state of the frame a sender appended with `sendID`: `true` once taken (or gone).
@@ -673,9 +695,9 @@ final class ChannelLog: @unchecked Sendable {
                 }
                 return false
             }
+            ringOnUnlock(writable: withdrawn)
             return withdrawn
         }
-        if withdrawn { writable.ring() }
         return withdrawn
     }
 
@@ -691,10 +713,15 @@ final class ChannelLog: @unchecked Sendable {
 
     /// Closes the channel: no more sends; receivers drain what is left.
     func close() throws {
-        try withLock { baton_store32(Self.word(header, Self.oClosed), 1) }
-        readable.ring()
-        writable.ring()
+        try withLock {
+            baton_store32(Self.word(header, Self.oClosed), 1)
+            ringOnUnlock(readable: true, writable: true)
+        }
     }
+
+    /// Test support: when set, the process kills itself (SIGKILL) right after an acknowledgement
+    /// released the lock, the moment where a ring made after the unlock would be lost.
+    static let killAfterAcknowledge = Atomic<Bool>(false)
 
     /// Test support: takes the channel's lock, calls `locked`, and never returns (the process is
     /// meant to be killed while holding it, to exercise the recovery from a dead owner).

@@ -209,6 +209,12 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         }
     }
 
+    /// Test support: the process kills itself (SIGKILL) right after its next acknowledgement
+    /// released the channel's lock.
+    package static func killProcessAfterNextAcknowledgeForTesting() {
+        ChannelLog.killAfterAcknowledge.store(true, ordering: .relaxed)
+    }
+
     /// Receives without waiting.
     /// - Returns: An element, or `nil` when none is ready (or the channel is closed and drained).
     /// - Throws: `malformedFrame` as ``receive(deadline:)``.
