@@ -184,7 +184,6 @@ extension Result where Failure == SystemCallError {
 // libc entry points under names that the wrappers above do not shadow.
 @inline(__always) private func libc_close(_ fd: Int32) -> Int32 { close(fd) }
 @inline(__always) private func libc_fchmod(_ fd: Int32, _ mode: mode_t) -> Int32 { fchmod(fd, mode) }
-@inline(__always) private func libc_fdatasync(_ fd: Int32) -> Int32 { fdatasync(fd) }
 @inline(__always) private func libc_flock(_ fd: Int32, _ op: Int32) -> Int32 { flock(fd, op) }
 @inline(__always) private func libc_fstat(_ fd: Int32, _ info: UnsafeMutablePointer<stat>) -> Int32 { fstat(fd, info) }
 @inline(__always) private func libc_fstatat(_ dir: Int32, _ path: String, _ info: UnsafeMutablePointer<stat>, _ flags: Int32) -> Int32 { fstatat(dir, path, info, flags) }
