@@ -21,10 +21,10 @@ extension AppLifecycle {
             (UIApplication.willEnterForegroundNotification, .inactive),
             (UIScene.willEnterForegroundNotification, .inactive),
         ]
+        let application = UIApplication.shared
         let tokens = names.map { name, phase in
             center.addObserver(forName: name, object: nil, queue: .main) { [self] _ in
                 // A background task keeps the app running until the locks are released.
-                let application = UIApplication.shared
                 let task = application.beginBackgroundTask(withName: "baton.lifecycle", expirationHandler: nil)
                 Task {
                     await self.phaseChanged(to: phase)
