@@ -18,7 +18,9 @@ import BatonDatabase
 import BatonLoopback
 import CBatonShims
 import GRDB
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 #if canImport(FoundationEssentials)
