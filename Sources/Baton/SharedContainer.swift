@@ -1,5 +1,5 @@
-#if canImport(FoundationEssentials)
 import CBatonShims
+#if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
@@ -17,7 +17,9 @@ import Synchronization
 /// Opening validates the directory once: it must exist, be a directory owned by this user and
 /// writable, and sit on a file system where `flock(2)` works. Baton's own directory is created
 /// with mode 0700 and its files with 0600 (see ``Options``), and every file is opened with
-/// `O_CLOEXEC` and `O_NOFOLLOW`.
+/// `O_CLOEXEC` and `O_NOFOLLOW`. On Apple platforms the files Baton creates get the data-protection
+/// class ``Options/fileProtection`` (by default one a notification service extension can open
+/// while the device is locked).
 public final class SharedContainer: Sendable {
     /// How Baton creates its files.
     public struct Options: Sendable, Hashable {
@@ -25,10 +27,18 @@ public final class SharedContainer: Sendable {
         public var directoryMode: UInt32 = 0o700
         /// Permission bits of the files Baton creates.
         public var fileMode: UInt32 = 0o600
+        /// The data-protection class of the files Baton creates (Apple platforms): by default
+        /// readable by a notification service extension while the device is locked.
+        public var fileProtection: FileProtection = .completeUntilFirstUserAuthentication
 
-        public init(directoryMode: UInt32 = 0o700, fileMode: UInt32 = 0o600) {
+        public init(
+            directoryMode: UInt32 = 0o700,
+            fileMode: UInt32 = 0o600,
+            fileProtection: FileProtection = .completeUntilFirstUserAuthentication
+        ) {
             self.directoryMode = directoryMode
             self.fileMode = fileMode
+            self.fileProtection = fileProtection
         }
     }
 
@@ -207,7 +217,12 @@ public final class SharedContainer: Sendable {
     /// container's file mode when `O_CREAT` is given.
     package func openFile(_ relativePath: String, flags: Int32) throws -> Int32 {
         switch Sys.openat(directory, relativePath, flags, mode_t(options.fileMode)) {
-        case .success(let fd): return fd
+        case .success(let fd):
+            if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd), code != 0 {
+                Sys.close(fd)
+                throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
+            }
+            return fd
         case .failure(let error) where error.errno == ELOOP:
             throw BatonError(.symbolicLink, "\(batonPath)/\(relativePath) is a symbolic link; Baton never follows links inside its directory. Remove it.", cause: error)
         case .failure(let error):

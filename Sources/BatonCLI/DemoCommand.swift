@@ -91,7 +91,7 @@ struct DemoCommand: AsyncParsableCommand {
         guard fd >= 0 else { throw ValidationError("cannot write \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var text = text
-        let written = text.withUTF8 { buffer in Glibc.write(fd, buffer.baseAddress, buffer.count) }
+        let written = text.withUTF8 { buffer in POSIX.write(fd, buffer.baseAddress, buffer.count) }
         guard written == text.utf8.count else { throw ValidationError("cannot write \(path)") }
     }
 

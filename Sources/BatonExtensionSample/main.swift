@@ -19,7 +19,9 @@ import BatonLoopback
 import CBatonShims
 import CBatonHarness
 import GRDB
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 #if canImport(FoundationEssentials)

@@ -1,6 +1,8 @@
 import Baton
 import CBatonShims
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 

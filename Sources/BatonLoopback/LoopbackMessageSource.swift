@@ -8,7 +8,9 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 
@@ -73,7 +75,7 @@ package struct LoopbackMessageSource: MessageSource {
         }
         func close() {
             descriptor.withLock { fd in
-                if let open = fd { _ = Glibc.close(open) }
+                if let open = fd { _ = POSIX.close(open) }
                 fd = nil
             }
         }
@@ -134,7 +136,7 @@ package struct LoopbackMessageSource: MessageSource {
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { POSIX.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard result == 0 else {
             let code = errno

@@ -2,10 +2,10 @@ import Baton
 import BatonDatabase
 import CBatonShims
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// The whole app-plus-extension story, run for real: messages flow from the loopback server

@@ -1,8 +1,8 @@
 import Baton
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// Reads newline-terminated lines from a descriptor on a ``KernelThread`` and hands each to

@@ -1,9 +1,9 @@
 import Baton
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// One connection of the app's core to the ``LoopbackServer``, as a `SupervisedConnection`
@@ -25,7 +25,7 @@ public final class LoopbackConnection: SupervisedConnection {
     public init(port: UInt16, epoch: UInt64, receive: @escaping @Sendable (ReceivedMessage) async throws -> Void) throws {
         fd = try LoopbackSocket.connect(port: port)
         guard LineReader.writeAll(fd, "HELLO \(getpid()) \(epoch)\n") else {
-            Glibc.close(fd)
+            POSIX.close(fd)
             throw BatonError(.simulationFailed, "the message server closed the connection at once")
         }
         ChildChannel.emit(.connected, epoch: epoch)
@@ -43,7 +43,7 @@ public final class LoopbackConnection: SupervisedConnection {
             }
         }, onEnd: { [weak self] in
             ChildChannel.emit(.disconnected, epoch: epoch)
-            Glibc.close(fd)
+            POSIX.close(fd)
             self?.markClosed()
         })
     }
@@ -146,11 +146,11 @@ enum LoopbackSocket {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = port.bigEndian
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { POSIX.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
         guard connected else {
             let number = errno
-            Glibc.close(fd)
+            POSIX.close(fd)
             throw SimulatorError.system("connect to 127.0.0.1:\(port)", number)
         }
         var one: Int32 = 1

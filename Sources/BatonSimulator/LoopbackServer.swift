@@ -1,10 +1,10 @@
 import Baton
 import CBatonShims
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// A message server on 127.0.0.1 that holds messages for one user, the way a chat or payment

@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+import Baton
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// What the simulator reads from `/proc` (Linux): resident memory and kernel file locks.
@@ -26,7 +27,7 @@ public enum ProcFS {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 8192)
         while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let count = buffer.withUnsafeMutableBytes { POSIX.read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             bytes.append(contentsOf: buffer[0..<count])

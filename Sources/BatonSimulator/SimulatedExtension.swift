@@ -1,10 +1,10 @@
 import Baton
 import BatonDatabase
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// An extension process of the simulation (`baton sim-extension`): iOS's notification service

@@ -1,10 +1,10 @@
 import Baton
 import CBatonShims
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
+#if canImport(Darwin)
 import Darwin
+#elseif canImport(Glibc)
+import Glibc
 #endif
 
 /// An iOS-like process model on Linux, for tests and the demo.

@@ -1,7 +1,10 @@
+import Baton
 import BatonSimulator
 import Foundation
 import Synchronization
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 
@@ -37,11 +40,11 @@ package final class ChildProcess: Sendable {
         for (key, value) in extra { environment[key] = value }
 
         var errorPipe: [Int32] = [0, 0]
-        guard Glibc.pipe(&errorPipe) == 0 else { throw POSIXError(.EIO) }
+        guard POSIX.pipe(&errorPipe) == 0 else { throw POSIXError(.EIO) }
         _ = fcntl(errorPipe[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(errorPipe[1], F_SETFD, FD_CLOEXEC)
         var pipe: [Int32] = [0, 0]
-        guard Glibc.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
+        guard POSIX.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
         _ = fcntl(pipe[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(pipe[1], F_SETFD, FD_CLOEXEC)
         var actions = posix_spawn_file_actions_t()
@@ -57,11 +60,11 @@ package final class ChildProcess: Sendable {
         }
         var pid: pid_t = 0
         let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        Glibc.close(pipe[1])
-        Glibc.close(errorPipe[1])
+        POSIX.close(pipe[1])
+        POSIX.close(errorPipe[1])
         guard result == 0 else {
-            Glibc.close(errorPipe[0])
-            Glibc.close(pipe[0])
+            POSIX.close(errorPipe[0])
+            POSIX.close(pipe[0])
             throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO)
         }
         self.pid = pid
@@ -77,7 +80,7 @@ package final class ChildProcess: Sendable {
         var pending = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
+            let count = buffer.withUnsafeMutableBytes { POSIX.read(fd, $0.baseAddress!, $0.count) }
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             pending.append(contentsOf: buffer[0..<count])
@@ -90,7 +93,7 @@ package final class ChildProcess: Sendable {
         if !pending.isEmpty {
             append(String(decoding: pending, as: UTF8.self), errors: errors)
         }
-        Glibc.close(fd)
+        POSIX.close(fd)
         if !errors { output.withLock { $0.closed = true } }
     }
 
@@ -129,7 +132,7 @@ package final class ChildProcess: Sendable {
         throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines), stderr: \(errorLines)")
     }
 
-    package func signal(_ number: Int32) { Glibc.kill(pid, number) }
+    package func signal(_ number: Int32) { POSIX.kill(pid, number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
     /// Then waits (a second at most) for the reader thread to reach the end of the child's
@@ -161,7 +164,7 @@ package final class ChildProcess: Sendable {
 
     deinit {
         if reap(blocking: false) == nil {
-            Glibc.kill(pid, SIGKILL)
+            POSIX.kill(pid, SIGKILL)
             _ = reap(blocking: true)
         }
     }

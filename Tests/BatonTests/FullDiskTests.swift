@@ -41,7 +41,8 @@ final class SmallDisk: Sendable {
             limitBlocks.withLock { $0 = 0 }
             return
         }
-        let fd = open(path + "/filler", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        // Close-on-exec: a child spawned meanwhile by another test must not keep the filler alive.
+        let fd = open(path + "/filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         defer { close(fd) }
         let chunk = [UInt8](repeating: 0xAB, count: 64 * 1024)
         while chunk.withUnsafeBytes({ write(fd, $0.baseAddress!, $0.count) }) > 0 {}

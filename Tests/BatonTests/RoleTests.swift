@@ -2,7 +2,9 @@ import Baton
 import Foundation
 import BatonTestSupport
 import Testing
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 

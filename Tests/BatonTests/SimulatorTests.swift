@@ -3,7 +3,9 @@ import BatonSimulator
 import Foundation
 import BatonTestSupport
 import Testing
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 

@@ -223,7 +223,7 @@ final class WorkerProcess {
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
     }
 
-    func kill(_ signal: Int32 = SIGKILL) { _ = Glibc.kill(pid, signal) }
+    func kill(_ signal: Int32 = SIGKILL) { _ = POSIX.kill(pid, signal) }
 
     /// Waits for exit and returns the raw wait status.
     @discardableResult
@@ -234,7 +234,7 @@ final class WorkerProcess {
     }
 
     deinit {
-        _ = Glibc.kill(pid, SIGKILL)
+        _ = POSIX.kill(pid, SIGKILL)
         var status: Int32 = 0
         _ = waitpid(pid, &status, 0)
         close(input)

@@ -47,7 +47,7 @@ final class LoopbackConnection: SupervisedConnection {
         }
         guard result == 0 else {
             let code = errno
-            Glibc.close(fd)
+            POSIX.close(fd)
             throw BatonError(.systemCallFailed, "connect to 127.0.0.1:\(port) failed: \(String(cString: strerror(code)))",
                              cause: SystemCallError(call: "connect", errno: code))
         }

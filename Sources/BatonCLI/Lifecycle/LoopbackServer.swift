@@ -77,7 +77,7 @@ final class LoopbackServer: Sendable {
             if bound == 0 || errno != EADDRINUSE { break }
             usleep(1_000) // the previous listener of this port is being closed
         }
-        guard bound == 0, Glibc.listen(fd, 128) == 0 else {
+        guard bound == 0, POSIX.listen(fd, 128) == 0 else {
             let code = errno
             close(fd)
             throw BatonError(.systemCallFailed, "bind/listen on 127.0.0.1:\(port) failed: errno \(code)")
@@ -90,7 +90,7 @@ final class LoopbackServer: Sendable {
         loop.add(listener, handledLast: true) { [weak self] _ in
             guard let self else { return false }
             while true {
-                let client = Glibc.accept(listener, nil, nil)
+                let client = POSIX.accept(listener, nil, nil)
                 if client < 0 { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED }
                 _ = baton_fcntl_int(client, F_SETFD, FD_CLOEXEC)
                 _ = baton_fcntl_int(client, F_SETFL, O_NONBLOCK)
