@@ -60,16 +60,19 @@ public struct FileLock: Sendable {
     public func tryLock(_ mode: LockMode = .exclusive) throws -> HeldFileLock? {
         try container.suspension.checkActive("take the lock \(name)")
         let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
+        let locked: Bool
         do {
-            if try Sys.tryFlock(fd, mode.flockOperation).get("locking \(name)") {
-                return try granted(fd, mode)
-            }
+            locked = try Sys.tryFlock(fd, mode.flockOperation).get("locking \(name)")
         } catch {
             Sys.close(fd)
             throw error
         }
-        Sys.close(fd)
-        return nil
+        guard locked else {
+            Sys.close(fd)
+            return nil
+        }
+        // From here the held lock owns the descriptor (closed by it, even when this throws).
+        return try granted(fd, mode)
     }
 
     /// Waits for the lock.

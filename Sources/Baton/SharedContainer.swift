@@ -253,14 +253,18 @@ public final class SharedContainer: Sendable {
         let temporary = relativePath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = try openFile(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
         do {
+            defer { Sys.close(fd) } // once, whichever step fails
             let data = Array(bytes)
             try data.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(temporary)") }
             try Sys.fsync(fd).get("syncing \(temporary)")
-            Sys.close(fd)
+        } catch {
+            _ = Sys.unlinkat(directory, temporary)
+            throw error
+        }
+        do {
             try Sys.renameat(directory, temporary, directory, relativePath).get("renaming \(temporary) to \(relativePath)")
             _ = Sys.fsync(directory)
         } catch {
-            Sys.close(fd)
             _ = Sys.unlinkat(directory, temporary)
             throw error
         }

@@ -61,6 +61,36 @@ struct ChannelTests {
         #expect(try channel.tryReceive() == 4)
     }
 
+    /// Header words outside the header's checksum, forged (offset in the file, value).
+    static let forgedWords: [(name: String, offset: Int, value: UInt64)] = [
+        ("head far past the data", 152, 1 << 40), ("head negative", 152, UInt64(bitPattern: -64)),
+        ("head misaligned", 152, 3), ("tail far past the data", 160, 1 << 50), ("tail misaligned", 160, 1_001),
+        ("tail negative", 160, UInt64(bitPattern: -8)), ("data size huge", 168, 1 << 45), ("data size zero", 168, 0),
+        ("data size misaligned", 168, 100_003), ("ready count negative", 176, UInt64(bitPattern: -5)),
+        ("taken count huge", 184, 1 << 62), ("waiting receivers huge", 208, UInt64.max),
+    ]
+
+    @Test("a forged header word never crashes a receiver, and the sent elements still arrive", arguments: 0..<forgedWords.count)
+    func forgedHeaderWord(_ index: Int) async throws {
+        let forged = Self.forgedWords[index]
+        let directory = try TemporaryContainer()
+        do {
+            let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "forged", capacity: .unbounded)
+            for value in 1...3 { try await channel.send(value) }
+        }
+        let fd = open(directory.path + "/.baton/channels/forged", O_RDWR | O_CLOEXEC)
+        #expect(fd >= 0)
+        var value = forged.value.littleEndian
+        #expect(pwrite(fd, &value, 8, off_t(forged.offset)) == 8)
+        close(fd)
+        let received = try await runBaton(["channel", "receive", "forged", "--count", "3", "--timeout", "5"], container: directory.path)
+        #expect(received.status < 128, "\(forged.name): exit \(received.status) \(received.errors)")
+        #expect(received.lines == ["1", "2", "3"], "\(forged.name): \(received.lines) \(received.errors)")
+        // And the channel goes on.
+        #expect(try await runBaton(["channel", "send", "forged", "4"], container: directory.path).status == 0)
+        #expect(try await runBaton(["channel", "receive", "forged", "--count", "1", "--timeout", "5"], container: directory.path).lines == ["4"])
+    }
+
     @Test("an unbounded channel grows while another process reads it, and keeps one producer's order")
     func unboundedGrowsAcrossProcesses() async throws {
         let directory = try TemporaryContainer()

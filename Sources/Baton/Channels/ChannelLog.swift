@@ -142,12 +142,9 @@ final class ChannelLog: @unchecked Sendable {
         self.mappedDataSize = 0
         readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
         writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
-        do {
-            try withLock {}
-        } catch {
-            Sys.close(fd)
-            throw error
-        }
+        // Every stored property is set: if this throws, deinit runs and closes the descriptor
+        // (closing it here too would close it twice).
+        try withLock {}
         let token = container.suspension.register(SuspensionRelease(self))
         local.withLock { $0.suspension = token }
     }
@@ -233,6 +230,11 @@ final class ChannelLog: @unchecked Sendable {
             ringOnUnlock(readable: true, writable: true)
         }
         try followDataSize()
+        if !structureIsSound() {
+            repair()
+            addField(Self.oMalformed, 1)
+            ringOnUnlock(readable: true, writable: true)
+        }
         return try body()
     }
 
@@ -243,14 +245,24 @@ final class ChannelLog: @unchecked Sendable {
     }
 
     /// Maps the data region again when another process grew it.
+    ///
+    /// The header's words are outside its checksum, so the recorded size is checked against the
+    /// file: a writer grows the file before it records the new size and never shrinks it, so a
+    /// size that is not a multiple of the initial size, is smaller than the mapping, or is
+    /// larger than the file was forged or damaged; the file's own length is used instead (and
+    /// the repair counted as a malformed region).
     private func followDataSize() throws {
-        let size = field(Self.oDataSize)
-        guard size != mappedDataSize, case .file(let fd, let relativePath, _) = storage else { return }
-        guard size > 0, size <= Int(Int32.max) * 16 else {
-            throw BatonError(.corrupt, "the channel file \(relativePath) records an impossible data size \(size); remove it")
-        }
+        var size = field(Self.oDataSize)
+        guard size != mappedDataSize || mappedDataSize == 0, case .file(let fd, let relativePath, _) = storage else { return }
         let fileSize = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+        let onFile = max(0, fileSize - Self.headerSize) / Self.initialDataSize * Self.initialDataSize
+        if size <= 0 || size % Self.initialDataSize != 0 || size < mappedDataSize || size > onFile {
+            size = max(onFile, mappedDataSize, Self.initialDataSize)
+            setField(Self.oDataSize, size)
+            addField(Self.oMalformed, 1)
+        }
         if fileSize < Self.headerSize + size {
+            // Cut short by someone else: extend it again (the lost part reads as zeros).
             try FileSpace.reserve(fd, from: fileSize, to: Self.headerSize + size, path: relativePath)
         }
         let mapped = try mapData(fd, size: size, relativePath: relativePath)
@@ -367,12 +379,31 @@ final class ChannelLog: @unchecked Sendable {
         setField(Self.oTaken, taken)
     }
 
-    /// After a holder died inside the lock: finish or undo what it was doing.
+    /// Whether the header's positions and counts (outside its checksum) are possible: frames
+    /// start 8-byte aligned between 0 and the mapped size, head before tail, counts within what
+    /// fits. Checked on every lock (a few loads); walking frames past a forged position would
+    /// fault or trap.
+    private func structureIsSound() -> Bool {
+        let head = field(Self.oHead), tail = field(Self.oTail)
+        let ready = field(Self.oReady), taken = field(Self.oTaken)
+        let most = mappedDataSize / ChannelFrame.headerSize
+        return head >= 0 && head <= tail && tail <= mappedDataSize && head & 7 == 0 && tail & 7 == 0
+            && ready >= 0 && ready <= most && taken >= 0 && taken <= most
+            && field(Self.oWaitingReceivers) >= 0 && field(Self.oWaitingReceivers) <= 1 << 32
+    }
+
+    /// After a holder died inside the lock, or the header failed ``structureIsSound()``: bring
+    /// the positions back within the mapping and recount from the frames.
     private func repair() {
         let size = field(Self.oDataSize)
         if size != mappedDataSize && mappedDataSize > 0 { setField(Self.oDataSize, mappedDataSize) }
-        if field(Self.oTail) > mappedDataSize { setField(Self.oTail, mappedDataSize) }
-        if field(Self.oHead) > field(Self.oTail) { setField(Self.oHead, 0) }
+        var tail = field(Self.oTail)
+        if tail < 0 || tail > mappedDataSize { tail = mappedDataSize }
+        setField(Self.oTail, min((tail + 7) & ~7, mappedDataSize & ~7))
+        let head = field(Self.oHead)
+        if head < 0 || head > field(Self.oTail) || head & 7 != 0 { setField(Self.oHead, 0) }
+        let waiting = field(Self.oWaitingReceivers)
+        if waiting < 0 || waiting > 1 << 32 { setField(Self.oWaitingReceivers, 0) }
         walk { offset, _ in
             if state(offset) > ChannelFrame.State.done.rawValue { setState(offset, .done) }
             return true
