@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonDatabase
 import CBatonShims
 
 /// Hidden workers for the kernel-layer tests: a process that sleeps on a shared word, one that
@@ -9,7 +10,7 @@ struct KernelTestCommand: AsyncParsableCommand {
         commandName: "kernel-test",
         abstract: "Test workers for the kernel layer.",
         shouldDisplay: false,
-        subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self]
+        subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self, QueueAcquire.self]
     )
 
     /// Maps `.baton/<file>` (4 KiB) and sleeps on its first word until it moves or the timeout
@@ -64,6 +65,28 @@ struct KernelTestCommand: AsyncParsableCommand {
                 throw ExitCode(3)
             }
             emit("held \(String(token, radix: 16))")
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        }
+    }
+
+    /// Prints "started", waits in the writer queue `.baton/<name>` for at most `timeout`, then
+    /// prints "acquired" (and holds it until killed) or "busy".
+    struct QueueAcquire: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "queue-acquire")
+        @OptionGroup var container: ContainerOptions
+        @Option var name: String
+        @Option var timeout: Double = 10
+
+        func run() async throws {
+            let queue = try TicketLock(try container.open(), name: name)
+            emit("started")
+            do {
+                _ = try queue.acquire(deadline: .after(.milliseconds(Int64(timeout * 1000))), interruption: { nil })
+            } catch let error as BatonError where error.code == .busy {
+                emit("busy")
+                return
+            }
+            emit("acquired")
             while true { try await Task.sleep(for: .seconds(3600)) }
         }
     }

@@ -327,12 +327,21 @@ package final class TicketLock: Sendable {
 
     /// Whether `number` is the first live ticket after `current` (the tickets between were
     /// abandoned).
+    ///
+    /// A ticket between whose owner died (its token released) is abandoned on the way: otherwise
+    /// a waiter killed while a holder kept its turn idle would leave the waiters behind it asleep
+    /// until the holder writes again, however long that is (the holder, alive and idle, would be
+    /// named as "still writing" at their deadline).
     private func isFirstWaiter(_ number: UInt32, serving current: UInt32) -> Bool {
         var ticket = current &+ 1
         for _ in 0..<8 {
             if ticket == number { return true }
             let record = baton_load64(owner(ticket))
-            guard UInt32(truncatingIfNeeded: record >> 32) == ticket, UInt32(truncatingIfNeeded: record) == 0 else { return false }
+            guard UInt32(truncatingIfNeeded: record >> 32) == ticket else { return false } // not claimed yet
+            if UInt32(truncatingIfNeeded: record) != 0 {
+                guard !owners.isAlive(baton_load64(tokenWord(ticket))) else { return false }
+                _ = baton_cas64(owner(ticket), record, UInt64(ticket) << 32) // abandoned by its death
+            }
             ticket &+= 1
         }
         return false

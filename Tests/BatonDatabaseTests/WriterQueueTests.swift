@@ -1,0 +1,50 @@
+import Baton
+import BatonDatabase
+import Foundation
+import BatonTestSupport
+import Testing
+
+/// The writer queue (`TicketLock`) with real processes: owners that die, owners that keep the
+/// turn idle.
+@Suite("Writer queue")
+struct WriterQueueTests {
+    @Test("a waiter killed while the holder keeps its turn idle does not stall the waiters behind it")
+    func deadWaiterBehindAnIdleKeptTurn() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let queue = try TicketLock(container, name: "queue")
+        // This process holds the turn, working (a kept turn is taken over only when idle).
+        let ticket = try queue.acquire(deadline: .after(.seconds(5)), interruption: { nil })
+        // A waiter queues behind it, then dies while queued.
+        let dead = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "30"], container: directory.path)
+        try await dead.line(timeout: 30) { $0 == "started" }
+        try await Task.sleep(for: .milliseconds(300))
+        dead.signal(SIGKILL)
+        _ = try await dead.wait()
+        // The holder goes idle, keeping its turn (as the shared database does after a commit).
+        queue.keep(ticket)
+        // The next waiter must take the idle kept turn over (after TicketLock.idleLimit), not
+        // wait for the holder's next write behind the dead waiter's ticket.
+        let next = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "5"], container: directory.path)
+        let outcome = try await next.line(timeout: 30) { $0 == "acquired" || $0 == "busy" }
+        #expect(outcome == "acquired")
+        #expect(!queue.resume(ticket), "the kept turn was taken over")
+        next.signal(SIGKILL)
+    }
+
+    @Test("a holder killed in its turn hands the queue on at once, with no liveness timer")
+    func killedHolderHandsOn() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let queue = try TicketLock(container, name: "queue")
+        let holder = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "acquired" }
+        let waiting = Task { try queue.acquire(deadline: .after(.seconds(20)), interruption: { nil }) }
+        try await Task.sleep(for: .milliseconds(200))
+        let killed = ContinuousClock.now
+        holder.signal(SIGKILL)
+        let ticket = try await waiting.value
+        #expect(ContinuousClock.now - killed < .seconds(5))
+        queue.release(ticket)
+    }
+}
