@@ -28,7 +28,21 @@ package final class ChildProcess: Sendable {
     }
 
     /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
-    package init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+    package convenience init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+        try self.init(rawArguments: arguments.map { Array($0.utf8) }, container: container, environment: extra)
+    }
+
+    /// Starts `baton` with arguments given as raw bytes (which need not be valid UTF-8), or
+    /// `program <baton> <arguments>` when `program` is given (such as `/usr/bin/setpriv` with
+    /// its own options first in `programArguments`).
+    package init(
+        rawArguments: [[UInt8]],
+        container: String?,
+        environment extra: [String: String] = [:],
+        program: String? = nil,
+        programArguments: [String] = []
+    ) throws {
+        let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
         self.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         if let container { environment["BATON_CONTAINER"] = container }
@@ -48,14 +62,20 @@ package final class ChildProcess: Sendable {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
-        let argv = ([Self.executable] + arguments).map { strdup($0) } + [nil]
+        let prefix = program.map { [Array($0.utf8)] + programArguments.map { Array($0.utf8) } } ?? []
+        let argv = (prefix + [Array(Self.executable.utf8)] + rawArguments).map { bytes -> UnsafeMutablePointer<CChar>? in
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+            for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+            copy[bytes.count] = 0
+            return copy
+        } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
-            argv.forEach { free($0) }
+            argv.forEach { $0?.deallocate() }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, Self.executable, &actions, nil, argv, envp)
+        let result = posix_spawn(&pid, program ?? Self.executable, &actions, nil, argv, envp)
         Glibc.close(pipe[1])
         Glibc.close(errorPipe[1])
         guard result == 0 else {

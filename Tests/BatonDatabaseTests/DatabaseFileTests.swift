@@ -1,0 +1,90 @@
+import Baton
+import BatonDatabase
+import Foundation
+import BatonTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The database file itself: its permissions, its owner, and what is found in its place. Real
+/// `baton` processes, real SQLite files.
+@Suite("Database files", .serialized)
+struct DatabaseFileTests {
+    static func mode(_ path: String) -> mode_t? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return info.st_mode & 0o7777
+    }
+
+    @Test("the inbox database, its -wal and -shm are created 0600 under umask 022")
+    func createdPrivate() async throws {
+        let directory = try TemporaryContainer()
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let put = try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path)
+        #expect(put.status == 0, "\(put.lines) \(put.errors)")
+        // A reader that stays open keeps -wal and -shm around while they are checked.
+        let database = directory.path + "/baton-inbox.sqlite"
+        for suffix in ["", "-wal", "-shm"] {
+            let mode = Self.mode(database + suffix)
+            #expect(mode == 0o600, "baton-inbox.sqlite\(suffix) is \(String(mode ?? 0, radix: 8))")
+        }
+    }
+
+    @Test("a database writable by others is refused")
+    func writableByOthers() async throws {
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        let database = directory.path + "/baton-inbox.sqlite"
+        #expect(chmod(database, 0o666) == 0)
+        let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        #expect(get.status == 1)
+        #expect(!get.lines.contains("hello"), "a database that anyone may write was read: \(get.lines)")
+        #expect(get.errors.contains { $0.contains("writableByOthers") }, "\(get.errors)")
+    }
+
+    @Test("a database owned by another user is refused (as root)")
+    func ownedByAnotherUser() async throws {
+        guard geteuid() == 0 else { return }  // only root can hand a file to another user
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        // Another user replaced the database with one of theirs.
+        let database = directory.path + "/baton-inbox.sqlite"
+        for suffix in ["", "-wal", "-shm"] { _ = chown(database + suffix, 65534, 65534) }
+        let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        #expect(get.status == 1)
+        #expect(!get.lines.contains("hello"), "a database of another user was read: \(get.lines)")
+        #expect(get.errors.contains { $0.contains("ownedByAnotherUser") }, "\(get.errors)")
+    }
+
+    @Test("a FIFO in place of the database is refused at once")
+    func fifoDatabase() async throws {
+        let directory = try TemporaryContainer()
+        let database = directory.path + "/baton-inbox.sqlite"
+        #expect(mkfifo(database, 0o600) == 0)
+        for arguments in [["inbox", "get", "m1", "--timeout", "1"], ["db", "check", database]] {
+            let started = Date()
+            let child = try ChildProcess(arguments, container: directory.path)
+            let status = try await child.wait(timeout: 5)
+            #expect(Date().timeIntervalSince(started) < 4, "\(arguments) waited on a FIFO")
+            #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
+            #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
+        }
+    }
+
+    @Test("a FIFO in place of the -wal file is refused at once")
+    func fifoWAL() async throws {
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        let wal = directory.path + "/baton-inbox.sqlite-wal"
+        _ = unlink(wal)
+        #expect(mkfifo(wal, 0o600) == 0)
+        let started = Date()
+        let child = try ChildProcess(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        let status = try await child.wait(timeout: 5)
+        #expect(Date().timeIntervalSince(started) < 4)
+        #expect(status == 1, "\(child.lines) \(child.errorLines)")
+        #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(child.errorLines)")
+    }
+}
