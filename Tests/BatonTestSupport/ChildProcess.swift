@@ -16,6 +16,8 @@ package final class ChildProcess: Sendable {
     private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
     private let exitStatus = Mutex<Int32?>(nil)
     private let errorOutput = Mutex<[String]>([])
+    /// Set when the child's standard error reaches its end.
+    private let errorsClosed = Mutex(false)
 
     /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
     package static var executable: String {
@@ -110,7 +112,11 @@ package final class ChildProcess: Sendable {
             append(String(decoding: pending, as: UTF8.self), errors: errors)
         }
         Glibc.close(fd)
-        if !errors { output.withLock { $0.closed = true } }
+        if errors {
+            errorsClosed.withLock { $0 = true }
+        } else {
+            output.withLock { $0.closed = true }
+        }
     }
 
     private func append(_ line: String, errors: Bool) {
@@ -151,14 +157,17 @@ package final class ChildProcess: Sendable {
     package func signal(_ number: Int32) { Glibc.kill(pid, number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
-    /// Then waits (a second at most) for the reader thread to reach the end of the child's
-    /// output, so that ``lines`` holds everything the child printed.
+    /// Then waits (a second at most) for the reader threads to reach the end of the child's
+    /// output and standard error, so that ``lines`` and ``errorLines`` hold everything the child
+    /// printed.
     @discardableResult
     package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let status = reap(blocking: false) {
-                for _ in 0..<200 where !outputClosed { try await Task.sleep(for: .milliseconds(5)) }
+                for _ in 0..<200 where !outputClosed || !errorsClosed.withLock({ $0 }) {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
                 return status
             }
             try await Task.sleep(for: .milliseconds(5))
