@@ -579,7 +579,9 @@ public final class SharedDatabase: Sendable {
     /// A closure already running is interrupted: its SQL statements fail with `SQLITE_INTERRUPT`
     /// (`sqlite3_interrupt`, repeated, and a progress handler for long statements), which rolls
     /// its transaction back; `suspend()` waits until it has returned. Calls nest: each needs a ``resume()``. The container's suspension
-    /// (``SharedContainer/suspend()``) suspends the database too.
+    /// (``SharedContainer/suspend()``) suspends the database too, and it alone also releases
+    /// Baton's other locks in the container (the signal table's process entry, taken while
+    /// commits are observed): call it, not this alone, before the process is suspended.
     public func suspend() async {
         let first = state.withLock { state -> Bool in
             state.depth += 1

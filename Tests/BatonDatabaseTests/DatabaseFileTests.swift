@@ -1,6 +1,7 @@
 import Baton
 import BatonDatabase
 import Foundation
+import GRDB
 import BatonTestSupport
 import Testing
 #if canImport(Glibc)
@@ -71,6 +72,34 @@ struct DatabaseFileTests {
             #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
             #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
         }
+    }
+
+    @Test("database.suspend() releases every lock on the database's files; only container.suspend() releases the signal table's too")
+    func suspensionScope() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        let path = directory.path + "/app.sqlite"
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
+        // Observing commits claims this process's entry in the signal table (a lock).
+        let commits = try await database.commits(table: "t")
+        var iterator = commits.makeAsyncIterator()
+        try await database.write { db in try db.execute(sql: "INSERT INTO t VALUES (1)") }
+        _ = try await iterator.next()
+        func inode(_ path: String) -> UInt64? {
+            var info = stat()
+            return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
+        }
+        let databaseFiles = Set(["", "-wal", "-shm"].compactMap { inode(path + $0) })
+        await database.suspend()
+        let held = ProcLocks.held(by: getpid(), under: directory.path)
+        #expect(held.allSatisfy { !databaseFiles.contains($0.inode) }, "a lock on the database's files after database.suspend(): \(held)")
+        #expect(held.allSatisfy { $0.inode == inode(directory.path + "/.baton/signals") }, "\(held)")
+        await container.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        try await container.resume()
+        try await database.resume()
     }
 
     @Test("a FIFO in place of the -wal file is refused at once")
