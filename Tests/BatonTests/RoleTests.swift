@@ -384,6 +384,32 @@ struct RoleTests {
         #expect(epochs[0] == 2)
     }
 
+    @Test func waitsForAStuckArbiterKeepTheirOwnBoundsInOneProcess() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        _ = try role.status()
+        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDWR | O_CLOEXEC)
+        #expect(flock(arbiter, LOCK_EX) == 0)
+        defer { close(arbiter) }
+        let started = Date()
+        // A long acquisition and three status reads wait at once; each read gives up after
+        // its own bound instead of queueing behind the acquisition.
+        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(4))) }
+        let reads = try await withThrowingTaskGroup(of: Double.self) { group in
+            for _ in 0..<3 {
+                group.addTask {
+                    let begin = Date()
+                    #expect { _ = try role.status() } throws: { ($0 as? BatonError)?.code == .timedOut }
+                    return Date().timeIntervalSince(begin)
+                }
+            }
+            return try await group.reduce(into: [Double]()) { $0.append($1) }
+        }
+        #expect(reads.allSatisfy { $0 < 2.5 }, "status reads took \(reads) s")
+        await #expect { _ = try await acquisition.value } throws: { ($0 as? BatonError)?.code == .timedOut }
+        #expect(Date().timeIntervalSince(started) < 6)
+    }
+
     @Test func statusCommandPrintsJSON() async throws {
         let dir = try TemporaryContainer()
         let empty = try await runBaton(["role", "status", "--json"], container: dir.path)

@@ -89,9 +89,7 @@ final class RoleDirectory: Sendable {
     /// - Throws: `timedOut` when another process holds the arbiter past the deadline; what
     ///   `body` throws.
     func transition<R>(deadline: Deadline? = nil, _ body: (inout Transaction) throws -> R) throws -> R {
-        try descriptors.withLock { descriptors in
-            let lock = try lockArbiter(descriptors.arbiter, LOCK_EX, deadline: deadline)
-            defer { unlockArbiter(lock, descriptors.arbiter) }
+        try withArbiter(LOCK_EX, deadline: deadline) { descriptors in
             let (original, condition) = try readRecord(descriptors.record)
             let recovered = condition == .recovered
             var transaction = Transaction(record: original, directory: self)
@@ -128,32 +126,32 @@ final class RoleDirectory: Sendable {
     /// Reads the record holding the arbiter lock shared (a consistent snapshot).
     /// - Throws: `timedOut` when another process holds the arbiter past ``arbiterWaitBound``.
     func read<R>(_ body: (RoleRecord) throws -> R) throws -> R {
-        try descriptors.withLock { descriptors in
-            let lock = try lockArbiter(descriptors.arbiter, LOCK_SH, deadline: nil)
-            defer { unlockArbiter(lock, descriptors.arbiter) }
-            return try body(try readRecord(descriptors.record).record)
+        try withArbiter(LOCK_SH, deadline: nil) { descriptors in
+            try body(try readRecord(descriptors.record).record)
         }
     }
 
-    /// Takes the arbiter lock: at once when it is free, or else by waiting in the kernel (see
-    /// ``ArbiterWait``) until `deadline` (``arbiterWaitBound`` from now when `nil`).
-    /// - Returns: The descriptor that holds the lock: `arbiter`, or one opened for the wait.
-    private func lockArbiter(_ arbiter: Int32, _ operation: Int32, deadline: Deadline?) throws -> Int32 {
-        if try Sys.tryFlock(arbiter, operation).get("locking the arbiter of role \(name)") { return arbiter }
-        let deadline = deadline ?? .after(Self.arbiterWaitBound)
+    /// Runs `body` holding the arbiter lock (`LOCK_EX` or `LOCK_SH`) and this process's mutex.
+    ///
+    /// The lock is normally free or held for microseconds: one non-blocking `flock` under the
+    /// mutex. When another process holds it, the wait (see ``ArbiterWait``) happens outside the
+    /// mutex, so the other threads of this process keep their own deadlines; the lock is then
+    /// held through the wait's own descriptor, which excludes this process's descriptor too.
+    /// - Parameter deadline: When to give up (``arbiterWaitBound`` from now when `nil`).
+    /// - Throws: `timedOut` at the deadline; what `body` throws.
+    private func withArbiter<R>(_ operation: Int32, deadline: Deadline?, _ body: (inout Descriptors) throws -> R) throws -> R {
+        let done = try descriptors.withLock { descriptors -> R? in
+            guard try Sys.tryFlock(descriptors.arbiter, operation).get("locking the arbiter of role \(name)") else { return nil }
+            defer { _ = Sys.flock(descriptors.arbiter, LOCK_UN) }
+            return try body(&descriptors)
+        }
+        if let done { return done }
         let fd = try container.openFile(path + "/arbiter.lock", flags: O_RDONLY)
-        guard let held = try ArbiterWait(fd: fd, operation: operation).wait(until: deadline) else {
-            throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or find it with /proc/locks (\(container.absolutePath(path))/arbiter.lock)")
+        guard let held = try ArbiterWait(fd: fd, operation: operation).wait(until: deadline ?? .after(Self.arbiterWaitBound)) else {
+            throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or find it in /proc/locks (\(container.absolutePath(path))/arbiter.lock)")
         }
-        return held
-    }
-
-    private func unlockArbiter(_ lock: Int32, _ arbiter: Int32) {
-        if lock == arbiter {
-            _ = Sys.flock(arbiter, LOCK_UN)
-        } else {
-            Sys.unlockAndClose(lock)
-        }
+        defer { Sys.unlockAndClose(held) }
+        return try descriptors.withLock { try body(&$0) }
     }
 
     /// What ``readRecord(_:)`` found.
