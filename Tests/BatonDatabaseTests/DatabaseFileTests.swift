@@ -59,6 +59,40 @@ struct DatabaseFileTests {
         #expect(get.errors.contains { $0.contains("ownedByAnotherUser") }, "\(get.errors)")
     }
 
+    @Test("another user's files are 0600 and theirs; root refuses their container unless told to trust it")
+    func anotherUser() async throws {
+        guard geteuid() == 0, access("/usr/bin/setpriv", X_OK) == 0 else { return }  // as in CI: root, util-linux
+        let directory = try TemporaryContainer()
+        #expect(chmod(directory.path, 0o755) == 0)
+        let theirs = directory.path + "/theirs"
+        #expect(mkdir(theirs, 0o700) == 0)
+        #expect(chown(theirs, 65534, 65534) == 0)
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let child = try ChildProcess(
+            rawArguments: [Array("inbox".utf8), Array("put".utf8), Array("m1".utf8), Array("theirs".utf8)],
+            container: theirs, program: "/usr/bin/setpriv",
+            programArguments: ["--reuid=65534", "--regid=65534", "--clear-groups"])
+        let status = try await child.wait()
+        if child.errorLines.contains(where: { $0.contains("setpriv") || $0.contains("Permission denied") }) {
+            return  // the build directory is not reachable by an unprivileged user here
+        }
+        #expect(status == 0, "\(child.errorLines)")
+        for suffix in ["", "-wal", "-shm"] {
+            var info = stat()
+            #expect(stat(theirs + "/baton-inbox.sqlite" + suffix, &info) == 0)
+            #expect(info.st_mode & 0o7777 == 0o600 && info.st_uid == 65534, "baton-inbox.sqlite\(suffix)")
+        }
+        // Root does not read a container another user owns...
+        let refused = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: theirs)
+        #expect(refused.status == 1)
+        #expect(refused.errors.count == 1 && refused.errors[0].contains("ownedByAnotherUser"), "\(refused.errors)")
+        // ...unless told to trust other users.
+        let trusted = try await runBaton(["inbox", "get", "m1", "--timeout", "1", "--trust-other-users"], container: theirs)
+        #expect(trusted.status == 0, "\(trusted.errors)")
+        #expect(trusted.lines == ["theirs"])
+    }
+
     @Test("a FIFO in place of the database is refused at once")
     func fifoDatabase() async throws {
         let directory = try TemporaryContainer()
