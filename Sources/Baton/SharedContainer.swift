@@ -242,7 +242,7 @@ public final class SharedContainer: Sendable {
     }
 
     /// The error for a path that must be a regular file and is not.
-    package static func notRegular(_ path: String, cause: SystemCallError? = nil) -> BatonError {
+    private static func notRegular(_ path: String, cause: SystemCallError? = nil) -> BatonError {
         BatonError(.notARegularFile, "\(path) is not a regular file (a FIFO, directory, device or socket is in its place); remove it so Baton can create its own", cause: cause)
     }
 

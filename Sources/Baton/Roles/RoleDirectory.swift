@@ -80,74 +80,94 @@ final class RoleDirectory: Sendable {
     /// How long a transition or read without a deadline of its own (a release, a critical
     /// section, a status) waits for the arbiter lock before it fails with `timedOut`. The lock is
     /// held for microseconds; a holder past this bound is stopped or hung.
-    static let arbiterWaitBound: Duration = .seconds(1)
+    static let arbiterWaitBound: Duration = .seconds(2)
 
     /// A transition: runs `body` holding the arbiter lock exclusively, with the current record.
     /// When `body` changes the record it is written back (synced when `durable` is set by body).
     /// - Parameter deadline: When to stop waiting for the arbiter lock (default:
-    ///   ``arbiterWaitBound`` from now).
+    ///   ``arbiterWaitBound`` from now). The calling thread sleeps meanwhile.
     /// - Throws: `timedOut` when another process holds the arbiter past the deadline; what
     ///   `body` throws.
     func transition<R>(deadline: Deadline? = nil, _ body: (inout Transaction) throws -> R) throws -> R {
-        try withArbiter(LOCK_EX, deadline: deadline) { descriptors in
-            let (original, condition) = try readRecord(descriptors.record)
-            let recovered = condition == .recovered
-            var transaction = Transaction(record: original, directory: self)
-            let result = try body(&transaction)
-            if transaction.record != original || recovered {
-                transaction.record.sequence = original.sequence &+ 1
-                transaction.record.bootHash = BootSession.current
-                transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
-                // A new or recovered record is written to both slots, so that both are intact.
-                let slots = condition == .intact ? [Int(transaction.record.sequence % 2)] : [0, 1]
-                for slot in slots {
-                    transaction.record.encode(into: UnsafeMutableRawBufferPointer(
-                        start: descriptors.record.pointer.advanced(by: slot * RoleRecord.slotSize), count: RoleRecord.slotSize))
-                }
-                if transaction.durable || recovered {
-                    try descriptors.record.sync()
-                }
-                if transaction.durable {
-                    // The second, independent copy of the reservation, before the epoch is used.
-                    try writeEpochFloor(transaction.record.reservedEpoch)
-                    descriptors.epochFloorChecked = true
-                }
+        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        let held = try arbiterWait(LOCK_EX).wait(until: deadline ?? .after(Self.arbiterWaitBound))
+        return try withWaitedArbiter(held) { try transact(&$0, body) }
+    }
+
+    /// A transition that suspends the task, not its thread, while another process holds the
+    /// arbiter lock (for acquisitions, whose deadline may be far).
+    /// - Throws: As ``transition(deadline:_:)``; `CancellationError` when the task is cancelled.
+    func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> R {
+        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        let held = try await arbiterWait(LOCK_EX).value(until: deadline)
+        return try withWaitedArbiter(held) { try transact(&$0, body) }
+    }
+
+    private func transact<R>(_ descriptors: inout Descriptors, _ body: (inout Transaction) throws -> R) throws -> R {
+        let (original, condition) = try readRecord(descriptors.record)
+        let recovered = condition == .recovered
+        var transaction = Transaction(record: original, directory: self)
+        let result = try body(&transaction)
+        if transaction.record != original || recovered {
+            transaction.record.sequence = original.sequence &+ 1
+            transaction.record.bootHash = BootSession.current
+            transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
+            // A new or recovered record is written to both slots, so that both are intact.
+            let slots = condition == .intact ? [Int(transaction.record.sequence % 2)] : [0, 1]
+            for slot in slots {
+                transaction.record.encode(into: UnsafeMutableRawBufferPointer(
+                    start: descriptors.record.pointer.advanced(by: slot * RoleRecord.slotSize), count: RoleRecord.slotSize))
             }
-            if !descriptors.epochFloorChecked {
-                if (try readEpochFloor().value ?? 0) < transaction.record.reservedEpoch {
-                    try writeEpochFloor(transaction.record.reservedEpoch)
-                }
+            if transaction.durable || recovered {
+                try descriptors.record.sync()
+            }
+            if transaction.durable {
+                // The second, independent copy of the reservation, before the epoch is used.
+                try writeEpochFloor(transaction.record.reservedEpoch)
                 descriptors.epochFloorChecked = true
             }
-            return result
         }
+        if !descriptors.epochFloorChecked {
+            if (try readEpochFloor().value ?? 0) < transaction.record.reservedEpoch {
+                try writeEpochFloor(transaction.record.reservedEpoch)
+            }
+            descriptors.epochFloorChecked = true
+        }
+        return result
     }
 
     /// Reads the record holding the arbiter lock shared (a consistent snapshot).
     /// - Throws: `timedOut` when another process holds the arbiter past ``arbiterWaitBound``.
     func read<R>(_ body: (RoleRecord) throws -> R) throws -> R {
-        try withArbiter(LOCK_SH, deadline: nil) { descriptors in
-            try body(try readRecord(descriptors.record).record)
-        }
+        let read = { (descriptors: inout Descriptors) in try body(try self.readRecord(descriptors.record).record) }
+        if let done = try withFreeArbiter(LOCK_SH, read) { return done }
+        return try withWaitedArbiter(try arbiterWait(LOCK_SH).wait(until: .after(Self.arbiterWaitBound)), read)
     }
 
-    /// Runs `body` holding the arbiter lock (`LOCK_EX` or `LOCK_SH`) and this process's mutex.
-    ///
-    /// The lock is normally free or held for microseconds: one non-blocking `flock` under the
-    /// mutex. When another process holds it, the wait (see ``ArbiterWait``) happens outside the
-    /// mutex, so the other threads of this process keep their own deadlines; the lock is then
-    /// held through the wait's own descriptor, which excludes this process's descriptor too.
-    /// - Parameter deadline: When to give up (``arbiterWaitBound`` from now when `nil`).
-    /// - Throws: `timedOut` at the deadline; what `body` throws.
-    private func withArbiter<R>(_ operation: Int32, deadline: Deadline?, _ body: (inout Descriptors) throws -> R) throws -> R {
-        let done = try descriptors.withLock { descriptors -> R? in
+    // The arbiter is normally free or held for microseconds: one non-blocking `flock` under the
+    // mutex. When another process holds it, the wait (see ``ArbiterWait``) happens outside the
+    // mutex, so the other threads of this process keep their own deadlines; the lock is then
+    // held through the wait's own descriptor, which excludes this process's descriptor too.
+
+    /// Runs `body` under the mutex if the arbiter lock is free now; `nil` when another process
+    /// holds it.
+    private func withFreeArbiter<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
+        try descriptors.withLock { descriptors -> R? in
             guard try Sys.tryFlock(descriptors.arbiter, operation).get("locking the arbiter of role \(name)") else { return nil }
             defer { _ = Sys.flock(descriptors.arbiter, LOCK_UN) }
             return try body(&descriptors)
         }
-        if let done { return done }
-        let fd = try container.openFile(path + "/arbiter.lock", flags: O_RDONLY)
-        guard let held = try ArbiterWait(fd: fd, operation: operation).wait(until: deadline ?? .after(Self.arbiterWaitBound)) else {
+    }
+
+    /// Starts waiting for the arbiter lock on a descriptor of its own.
+    private func arbiterWait(_ operation: Int32) throws -> ArbiterWait {
+        ArbiterWait(fd: try container.openFile(path + "/arbiter.lock", flags: O_RDONLY), operation: operation)
+    }
+
+    /// Runs `body` under the mutex with the arbiter lock held through `held` (from
+    /// ``ArbiterWait``), then releases it; `nil` (the deadline passed) throws `timedOut`.
+    private func withWaitedArbiter<R>(_ held: Int32?, _ body: (inout Descriptors) throws -> R) throws -> R {
+        guard let held else {
             throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or find it in /proc/locks (\(container.absolutePath(path))/arbiter.lock)")
         }
         defer { Sys.unlockAndClose(held) }
