@@ -100,12 +100,12 @@ struct CommandLineArgumentTests {
         }
     }
 
-    /// Runs every line, a few at a time.
+    /// Runs every line, two at a time (the other suites run meanwhile: no more load than that).
     static func runAll(_ lines: [[[UInt8]]], container: String, limit: Double) async throws -> [Outcome] {
         try await withThrowingTaskGroup(of: Outcome.self) { group in
             var outcomes: [Outcome] = []
             var next = 0
-            for _ in 0..<min(4, lines.count) {
+            for _ in 0..<min(2, lines.count) {
                 let line = lines[next]
                 next += 1
                 group.addTask { try await run(line, container: container, limit: limit) }
@@ -155,7 +155,7 @@ struct CommandLineArgumentTests {
         for expected in ["timeout", "hold", "max-critical-wait", "poll", "lifetime", "count"] {
             #expect(numeric.contains { $0.1.name == expected }, "no numeric option --\(expected) found")
         }
-        let values = ["nan", "NaN", "inf", "-inf", "1e10", "1e300", "-1", "-1e300"]
+        let values = ["nan", "inf", "-inf", "1e10", "1e300", "-1"]
         var lines: [[[UInt8]]] = []
         for (command, argument) in numeric {
             for value in values {
