@@ -95,6 +95,12 @@ extension BatonError.Code {
     public static let systemCallFailed = Self("systemCallFailed")
     /// A symbolic link was found where Baton requires a real file or directory.
     public static let symbolicLink = Self("symbolicLink")
+    /// Something other than a regular file (a FIFO, a directory, a device, a socket) was found
+    /// where Baton requires a regular file.
+    public static let notARegularFile = Self("notARegularFile")
+    /// The container, one of Baton's files or the database may be written by other users (group
+    /// or others write permission), so they could forge what Baton reads.
+    public static let writableByOthers = Self("writableByOthers")
 }
 
 /// A failed system call: its name and `errno`.
@@ -129,6 +135,7 @@ extension BatonError {
         case EACCES, EPERM, EROFS: code = .notWritable
         case ENAMETOOLONG: code = .pathTooLong
         case ELOOP: code = .symbolicLink
+        case EISDIR, ENXIO: code = .notARegularFile
         case ENOLCK, EOPNOTSUPP: code = .lockingNotSupported
         default: code = .systemCallFailed
         }

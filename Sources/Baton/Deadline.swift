@@ -21,8 +21,20 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
     }
 
     /// A deadline `seconds` from now.
-    public static func seconds(_ seconds: Double) -> Deadline {
-        after(.nanoseconds(Int64(seconds * 1e9)))
+    ///
+    /// A number of seconds too large for the clock (beyond about 292 years, including
+    /// `+infinity`) saturates to ``never``.
+    /// - Throws: `invalidArgument` for NaN or a negative number.
+    public static func seconds(_ seconds: Double) throws -> Deadline {
+        guard !seconds.isNaN else {
+            throw BatonError(.invalidArgument, "a deadline of NaN seconds was given; pass a number of seconds from 0 up, or Deadline.never")
+        }
+        guard seconds >= 0 else {
+            throw BatonError(.invalidArgument, "a deadline of a negative number of seconds was given; pass a number of seconds from 0 up")
+        }
+        // Int64 nanoseconds reach about 9.2e9 s; anything beyond is "never" for every purpose.
+        guard seconds < Double(Int64.max) / 1e9 else { return .never }
+        return after(.nanoseconds(Int64(seconds * 1e9)))
     }
 
     /// Whether the deadline has passed.

@@ -23,6 +23,25 @@ public struct PresenceRecord: Codable, Sendable, Hashable {
         self.pid = pid
         self.since = since
     }
+
+    /// The kind of a live process whose presence file cannot be read (its pid is then 0).
+    public static let unknownKind = "unknown"
+}
+
+/// What ``Presence/scan()`` found: the live processes, and the entries it skipped.
+public struct PresenceScan: Sendable, Hashable {
+    /// The live processes, oldest first.
+    public var records: [PresenceRecord] = []
+    /// Entries of the presence directory that are not presence files.
+    public var skipped: [Skipped] = []
+
+    /// An entry that is not a presence file, and why.
+    public struct Skipped: Sendable, Hashable {
+        /// Its name in `.baton/presence`.
+        public var name: String
+        /// What is wrong with it, such as "a symbolic link".
+        public var reason: String
+    }
 }
 
 /// Who is alive in the container.
@@ -57,8 +76,18 @@ public final class Presence: Sendable {
         return registration
     }
 
-    /// The processes alive now. Stale files of dead processes are removed on the way.
+    /// The processes alive now. Stale files of dead processes are removed on the way; entries
+    /// that are not presence files are skipped (see ``scan()`` to learn about them).
     public func list() throws -> [PresenceRecord] {
+        try scan().records
+    }
+
+    /// The processes alive now, and the entries of the presence directory that were skipped
+    /// because they are not presence files (a symbolic link, a directory, a FIFO...).
+    ///
+    /// The lock, not the content, says who is alive: a locked file whose content cannot be read
+    /// is listed with kind ``PresenceRecord/unknownKind``, pid 0 and the 1970 epoch as `since`.
+    public func scan() throws -> PresenceScan {
         try container.makeDirectory(Self.directoryName)
         let directoryFD = try container.openFile(Self.directoryName, flags: O_RDONLY | O_DIRECTORY)
         guard let stream = fdopendir(directoryFD) else {
@@ -73,11 +102,16 @@ public final class Presence: Sendable {
             }
             if name.hasSuffix(".lock") { names.append(name) }
         }
-        var records: [PresenceRecord] = []
+        var result = PresenceScan()
         for name in names {
-            if let record = try liveRecord(fileName: name) { records.append(record) }
+            switch try entry(fileName: name) {
+            case .live(let record): result.records.append(record)
+            case .gone: break
+            case .skipped(let reason): result.skipped.append(PresenceScan.Skipped(name: name, reason: reason))
+            }
         }
-        return records.sorted { ($0.since, $0.pid) < ($1.since, $1.pid) }
+        result.records.sort { ($0.since, $0.pid) < ($1.since, $1.pid) }
+        return result
     }
 
     /// Whether a process with this pid is registered and alive.
@@ -88,33 +122,50 @@ public final class Presence: Sendable {
     /// Whether the registration with this id is alive.
     public func isAlive(id: String) throws -> Bool {
         guard (try? SharedContainer.validateName(id, what: "a presence id")) != nil else { return false }
-        return try liveRecord(fileName: id + ".lock") != nil
+        if case .live = try entry(fileName: id + ".lock") { return true }
+        return false
     }
 
-    /// Reads one presence file: the record if its holder is alive, `nil` (and the file removed)
-    /// if not.
-    private func liveRecord(fileName: String) throws -> PresenceRecord? {
+    private enum Entry {
+        case live(PresenceRecord)
+        case gone
+        case skipped(String)
+    }
+
+    /// Reads one presence file: the record if its holder is alive, `.gone` (and the file removed)
+    /// if not, `.skipped` for an entry that is not a presence file.
+    private func entry(fileName: String) throws -> Entry {
         let path = Self.directoryName + "/" + fileName
         let fd: Int32
-        switch Sys.openat(container.directory, path, O_RDONLY) {
+        // Non-blocking: a FIFO in the directory must not block the listing.
+        switch Sys.openat(container.directory, path, O_RDONLY | O_NONBLOCK) {
         case .success(let value): fd = value
-        case .failure(let error) where error.errno == ENOENT: return nil
+        case .failure(let error) where error.errno == ENOENT: return .gone
+        case .failure(let error) where error.errno == ELOOP: return .skipped("a symbolic link (\(error))")
+        case .failure(let error) where error.errno == EACCES || error.errno == EPERM || error.errno == ENXIO:
+            return .skipped("cannot be opened (\(error))")
         case .failure(let error): throw BatonError.system(error, "opening \(path)")
         }
         defer { Sys.close(fd) }
+        let info = try Sys.fstat(fd).get("checking \(path)")
+        guard info.st_mode & S_IFMT == S_IFREG else { return .skipped("not a regular file") }
         if try Sys.tryFlock(fd, LOCK_SH).get("checking \(path)") {
             // Nobody holds it: the process is gone (or suspended). Remove the stale file
             // while holding its lock, unless a new registration renamed itself over it.
-            if case .success(let open) = Sys.fstat(fd),
-               case .success(let current) = Sys.fstatat(container.directory, path),
-               open.st_ino == current.st_ino {
+            if case .success(let current) = Sys.fstatat(container.directory, path), info.st_ino == current.st_ino {
                 _ = Sys.unlinkat(container.directory, path)
             }
-            return nil
+            return .gone
         }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(path)") }
-        return try? JSONDecoder().decode(PresenceRecord.self, from: Data(buffer[0..<count]))
+        if let record = try? JSONDecoder().decode(PresenceRecord.self, from: Data(buffer[0..<count])) {
+            return .live(record)
+        }
+        // Locked, so alive, but its content is unreadable: list what can be known.
+        return .live(PresenceRecord(
+            id: String(fileName.dropLast(".lock".count)), kind: PresenceRecord.unknownKind, pid: 0,
+            since: Date(timeIntervalSince1970: 0)))
     }
 
     /// Snapshots of the live processes: one now, then one each time the set changes.

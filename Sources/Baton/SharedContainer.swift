@@ -14,12 +14,14 @@ import Synchronization
 /// try container.signals.post("messages")
 /// ```
 ///
-/// Opening validates the directory once: it must exist, be a directory owned by this user and
-/// writable, and sit on a file system where `flock(2)` works. Baton's own directory is created
-/// with mode 0700 and its files with 0600 (see ``Options``), and every file is opened with
-/// `O_CLOEXEC` and `O_NOFOLLOW`. On Apple platforms the files Baton creates get the data-protection
-/// class ``Options/fileProtection`` (by default one a notification service extension can open
-/// while the device is locked).
+/// Opening validates the directory once: it must exist, be a directory owned by this user,
+/// writable by it and by no other user (no group or others write permission), and sit on a file
+/// system where `flock(2)` works; ``Options/trustsOtherUsers`` accepts another owner or write
+/// permission for others. Baton's own directory is created with mode 0700 and its files with
+/// 0600 (see ``Options``), every file is opened with `O_CLOEXEC` and `O_NOFOLLOW`, and anything
+/// but a regular file where Baton expects one (a FIFO, a directory) is refused at once. On Apple platforms the files Baton creates get the data-protection class
+/// ``Options/fileProtection`` (by default one a notification service extension can open while
+/// the device is locked).
 public final class SharedContainer: Sendable {
     /// How Baton creates its files.
     public struct Options: Sendable, Hashable {
@@ -31,14 +33,21 @@ public final class SharedContainer: Sendable {
         /// readable by a notification service extension while the device is locked.
         public var fileProtection: FileProtection = .completeUntilFirstUserAuthentication
 
+        /// Accept a container (and `.baton`) that another user owns or that group or others may
+        /// write. Off by default: such a user could replace Baton's files and forge what this
+        /// process reads. Turn it on only for a directory deliberately shared between users.
+        public var trustsOtherUsers = false
+
         public init(
             directoryMode: UInt32 = 0o700,
             fileMode: UInt32 = 0o600,
-            fileProtection: FileProtection = .completeUntilFirstUserAuthentication
+            fileProtection: FileProtection = .completeUntilFirstUserAuthentication,
+            trustsOtherUsers: Bool = false
         ) {
             self.directoryMode = directoryMode
             self.fileMode = fileMode
             self.fileProtection = fileProtection
+            self.trustsOtherUsers = trustsOtherUsers
         }
     }
 
@@ -73,7 +82,8 @@ public final class SharedContainer: Sendable {
     ///   - url: A file URL of an existing directory.
     ///   - options: Permission bits for the files Baton creates.
     /// - Throws: ``BatonError`` with code `notFound`, `notADirectory`, `notWritable`,
-    ///   `ownedByAnotherUser`, `pathTooLong`, `symbolicLink` or `lockingNotSupported`.
+    ///   `ownedByAnotherUser`, `writableByOthers`, `pathTooLong`, `symbolicLink` or
+    ///   `lockingNotSupported`.
     public convenience init(at url: URL, options: Options = Options()) throws {
         guard url.isFileURL else {
             throw BatonError(.invalidArgument, "the container must be a file URL, got \(url.absoluteString)")
@@ -111,9 +121,7 @@ public final class SharedContainer: Sendable {
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw BatonError(.notADirectory, "\(path) is not a directory; pass the shared directory itself")
         }
-        guard info.st_uid == geteuid() else {
-            throw BatonError(.ownedByAnotherUser, "\(path) belongs to user \(info.st_uid), not to this process's user \(geteuid()); Baton refuses to share files with another user")
-        }
+        try Self.checkOwnership(info, of: path, options: options)
         guard access(path, W_OK | X_OK) == 0 else {
             throw BatonError(.notWritable, "\(path) is not writable by this process; fix its permissions", cause: SystemCallError(call: "access", errno: errno))
         }
@@ -132,10 +140,11 @@ public final class SharedContainer: Sendable {
             throw BatonError(.symbolicLink, "\(path)/.baton is a symbolic link or not a directory; remove it so Baton can create its own", cause: error)
         case .failure(let error): throw BatonError.system(error, "opening \(path)/.baton")
         }
-        let batonInfo = try Sys.fstat(directory).get("checking \(path)/.baton")
-        guard batonInfo.st_uid == geteuid() else {
+        do {
+            try Self.checkOwnership(try Sys.fstat(directory).get("checking \(path)/.baton"), of: path + "/.baton", options: options)
+        } catch {
             Sys.close(directory)
-            throw BatonError(.ownedByAnotherUser, "\(path)/.baton belongs to user \(batonInfo.st_uid); Baton refuses to share it with another user")
+            throw error
         }
 
         self.path = path
@@ -164,6 +173,18 @@ public final class SharedContainer: Sendable {
     }
 
     deinit { Sys.close(directory) }
+
+    /// Refuses a directory that another user owns or that group or others may write, unless
+    /// ``Options/trustsOtherUsers`` is set.
+    static func checkOwnership(_ info: stat, of path: String, options: Options) throws {
+        guard !options.trustsOtherUsers else { return }
+        guard info.st_uid == geteuid() else {
+            throw BatonError(.ownedByAnotherUser, "\(path) belongs to user \(info.st_uid), not to this process's user \(geteuid()); Baton refuses to share files with another user (SharedContainer.Options.trustsOtherUsers accepts it)")
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            throw BatonError(.writableByOthers, "\(path) may be written by other users (mode \(String(info.st_mode & 0o7777, radix: 8))), who could replace Baton's files; remove their write permission (chmod go-w) or set SharedContainer.Options.trustsOtherUsers")
+        }
+    }
 
     // MARK: - Parts
 
@@ -214,20 +235,41 @@ public final class SharedContainer: Sendable {
     }
 
     /// Opens a file relative to `.baton` with `O_CLOEXEC | O_NOFOLLOW`, creating it with the
-    /// container's file mode when `O_CREAT` is given.
+    /// container's file mode when `O_CREAT` is given. Unless `flags` has `O_DIRECTORY`, the file
+    /// must be a regular file: it is opened with `O_NONBLOCK` (so a FIFO planted in its place
+    /// cannot block the open), checked, and then made blocking again.
+    /// - Throws: `notARegularFile` for a FIFO, directory, device or socket; `symbolicLink`.
     package func openFile(_ relativePath: String, flags: Int32) throws -> Int32 {
-        switch Sys.openat(directory, relativePath, flags, mode_t(options.fileMode)) {
-        case .success(let fd):
-            if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd), code != 0 {
-                Sys.close(fd)
-                throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
-            }
-            return fd
+        let regular = flags & O_DIRECTORY == 0
+        let fd: Int32
+        switch Sys.openat(directory, relativePath, regular ? flags | O_NONBLOCK : flags, mode_t(options.fileMode)) {
+        case .success(let value): fd = value
         case .failure(let error) where error.errno == ELOOP:
             throw BatonError(.symbolicLink, "\(batonPath)/\(relativePath) is a symbolic link; Baton never follows links inside its directory. Remove it.", cause: error)
+        case .failure(let error) where regular && (error.errno == EISDIR || error.errno == ENXIO):
+            throw Self.notRegular(batonPath + "/" + relativePath, cause: error)
         case .failure(let error):
             throw BatonError.system(error, "opening \(batonPath)/\(relativePath)")
         }
+        guard regular else { return fd }
+        do {
+            let info = try Sys.fstat(fd).get("checking \(batonPath)/\(relativePath)")
+            guard info.st_mode & S_IFMT == S_IFREG else { throw Self.notRegular(batonPath + "/" + relativePath) }
+            // Blocking again (no effect on a regular file's I/O; cleared so no caller is surprised).
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+            if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd), code != 0 {
+                throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
+            }
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// The error for a path that must be a regular file and is not.
+    private static func notRegular(_ path: String, cause: SystemCallError? = nil) -> BatonError {
+        BatonError(.notARegularFile, "\(path) is not a regular file (a FIFO, directory, device or socket is in its place); remove it so Baton can create its own", cause: cause)
     }
 
     /// Creates a subdirectory of `.baton` if missing (mode from ``Options``).

@@ -28,6 +28,9 @@ struct BatonCommand: AsyncParsableCommand {
 
     static func main() async {
         if environment("BATON_DIE_WITH_PARENT") != nil { _ = baton_exit_with_parent() }
+        if let index = ArgumentCheck.firstInvalidUTF8Argument() {
+            fail("argument \(index) is not valid UTF-8; names and values must be UTF-8 text (invalid bytes would make two different names the same)")
+        }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -36,8 +39,22 @@ struct BatonCommand: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
+            let code = exitCode(for: error)
+            if code == .validationFailure {
+                // One line, without the usage text ArgumentParser adds: the message names the
+                // option, and `--help` is there for the rest.
+                fail(message(for: error).split(separator: "\n", omittingEmptySubsequences: true).first.map(String.init) ?? "invalid arguments", code: code)
+            }
             exit(withError: error)
         }
+    }
+
+    /// Prints `Error: <message>` as one line on standard error and exits.
+    static func fail(_ message: String, code: ExitCode = .validationFailure) -> Never {
+        var line = "Error: " + message
+        line.removeAll { $0 == "\n" }
+        FileHandleOutput.standardError(line)
+        Self.exit(withError: code)
     }
 }
 
@@ -45,12 +62,14 @@ struct BatonCommand: AsyncParsableCommand {
 struct ContainerOptions: ParsableArguments {
     @Option(name: .long, help: "The shared container directory (default: $BATON_CONTAINER).")
     var container: String?
+    @Flag(help: "Accept a container or database that another user owns or may write (refused by default: that user could forge what Baton reads).")
+    var trustOtherUsers = false
 
     func open() throws -> SharedContainer {
         guard let path = container ?? environment("BATON_CONTAINER") else {
             throw ValidationError("no container: pass --container DIR or set BATON_CONTAINER")
         }
-        return try SharedContainer(path: path)
+        return try SharedContainer(path: path, options: SharedContainer.Options(trustsOtherUsers: trustOtherUsers))
     }
 }
 

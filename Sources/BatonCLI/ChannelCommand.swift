@@ -5,6 +5,11 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Any JSON value: what the command line sends and receives on a channel.
 enum JSONElement: Codable, Sendable, Hashable {
@@ -63,6 +68,14 @@ struct ChannelOptions: ParsableArguments {
 
     func open() throws -> SharedChannel<JSONElement> {
         let container = try options.open()
+        // The channel layer reads an existing channel's capacity with a plain blocking open;
+        // refuse a FIFO or directory planted in its place before it gets there.
+        try SharedContainer.validateName(name, what: "a channel name")
+        switch Result(catching: { try container.openFile("channels/" + name, flags: O_RDONLY) }) {
+        case .success(let fd): close(fd)
+        case .failure(let error as BatonError) where error.code == .notFound: break
+        case .failure(let error): throw error
+        }
         if let capacity { return try SharedChannel(container, name: name, capacity: capacity) }
         return try SharedChannel(container, existingOrNewNamed: name, capacity: .unbounded)
     }
@@ -80,13 +93,13 @@ struct ChannelCommand: AsyncParsableCommand {
             abstract: "Send one JSON value. Exits 0 once sent (rendezvous: once received), 1 on timeout, 2 when the channel is closed.")
         @OptionGroup var channel: ChannelOptions
         @Argument(help: "A JSON value, e.g. '{\"id\": 7}' or '\"hello\"'.") var json: String
-        @Option(help: "Give up after this many seconds.") var timeout: Double?
+        @Option(help: "Give up after this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
 
         func run() async throws {
             let element = try JSONElement.parse(json)
             let channel = try self.channel.open()
             do {
-                try await channel.send(element, deadline: timeout.map { .seconds($0) } ?? .never)
+                try await channel.send(element, deadline: try .option(timeout))
             } catch let error as BatonError where error.code == .timedOut {
                 FileHandleOutput.standardError("timed out: no receiver or no room before the deadline")
                 throw ExitCode(1)
@@ -101,15 +114,15 @@ struct ChannelCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Print received JSON values, one per line. Exits 0 after --count values or when the channel is closed and drained, 1 on timeout.")
         @OptionGroup var channel: ChannelOptions
-        @Option(help: "Exit after this many values.") var count: Int?
-        @Option(help: "Exit with status 1 when the next value takes longer than this many seconds.") var timeout: Double?
+        @Option(help: "Exit after this many values.", transform: ArgumentCheck.count) var count: Int?
+        @Option(help: "Exit with status 1 when the next value takes longer than this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
 
         func run() async throws {
             let channel = try self.channel.open()
             var received = 0
             while count.map({ received < $0 }) ?? true {
                 do {
-                    guard let element = try await channel.receive(deadline: timeout.map { .seconds($0) } ?? .never) else { return }
+                    guard let element = try await channel.receive(deadline: try .option(timeout)) else { return }
                     received += 1
                     emit(try jsonLine(element))
                 } catch let error as BatonError where error.code == .timedOut {
@@ -141,8 +154,8 @@ struct ChannelTestCommand: AsyncParsableCommand {
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
         @OptionGroup var channel: ChannelOptions
-        @Option var from: Int
-        @Option var count: Int
+        @Option(transform: ArgumentCheck.count) var from: Int
+        @Option(transform: ArgumentCheck.count) var count: Int
 
         func run() async throws {
             let channel = try self.channel.open()
@@ -158,7 +171,7 @@ struct ChannelTestCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Receive until closed and drained; print received integers in comma-separated batches ('got a,b,...'), then 'done N'.")
         @OptionGroup var channel: ChannelOptions
-        @Option var batch: Int = 1_000
+        @Option(transform: ArgumentCheck.positiveCount) var batch: Int = 1_000
 
         func run() async throws {
             let channel = try self.channel.open()
@@ -184,7 +197,7 @@ struct ChannelTestCommand: AsyncParsableCommand {
             abstract: "Send `count` byte arrays on NAME (element i: i % 300 bytes, byte j = (i + j) % 256), then `count` strings on NAME-text (element i: \"i:\" and i % 40 times \"é✓x\"), then print 'sent'.")
         @OptionGroup var options: ContainerOptions
         @Argument var name: String
-        @Option var count: Int
+        @Option(transform: ArgumentCheck.count) var count: Int
 
         func run() async throws {
             let container = try options.open()

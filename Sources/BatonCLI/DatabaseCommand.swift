@@ -42,9 +42,9 @@ struct DatabaseCommand: AsyncParsableCommand {
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The database file.") var path: String
         @Option(help: "Only commits that changed this table (external writes are always shown).") var table: String?
-        @Option(help: "Exit after this many commits.") var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.") var timeout: Double?
-        @Option(help: "Seconds between checks for writes by programs that do not use Baton.") var poll: Double = 1
+        @Option(help: "Exit after this many commits.", transform: ArgumentCheck.count) var count: Int?
+        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Seconds between checks for writes by programs that do not use Baton.", transform: ArgumentCheck.positiveSeconds) var poll: Double = 1
         @Flag(help: "Print 'ready' once watching (for scripts and tests).") var announce = false
 
         func run() async throws {
@@ -104,6 +104,9 @@ struct DatabaseReport {
         guard FileManager.default.fileExists(atPath: path) else {
             throw BatonError(.notFound, "\(path) does not exist")
         }
+        // Refuses a FIFO (which would block SQLite's open) or a directory at once; the owner is
+        // not checked: inspecting another user's database is what this command is for.
+        try SharedDatabase.checkFiles(at: path, create: false, trustsOtherUsers: true)
         var configuration = GRDB.Configuration()
         configuration.readonly = true
         configuration.busyMode = .timeout(5)

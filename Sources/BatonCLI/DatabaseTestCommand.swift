@@ -24,12 +24,12 @@ struct DatabaseTestCommand: AsyncParsableCommand {
     @OptionGroup var options: ContainerOptions
     @Argument var mode: Mode
     @Argument var path: String
-    @Option var count = 1
-    @Option var writer = 0
+    @Option(transform: ArgumentCheck.count) var count: Int = 1
+    @Option(transform: ArgumentCheck.count) var writer: Int = 0
     @Flag(help: "Make the migration slow (widens the window of concurrent opens).") var slowMigration = false
     @Flag(help: "After writing, keep running with the database open until killed.") var stay = false
-    @Option(help: "Configuration.checkpointPages.") var checkpointPages: Int?
-    @Option(help: "Configuration.walRestartSize, in bytes.") var walRestartSize: Int?
+    @Option(help: "Configuration.checkpointPages.", transform: ArgumentCheck.positiveCount) var checkpointPages: Int?
+    @Option(help: "Configuration.walRestartSize, in bytes.", transform: ArgumentCheck.count) var walRestartSize: Int?
 
     func run() async throws {
         let container = try options.open()

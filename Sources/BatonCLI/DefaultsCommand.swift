@@ -105,15 +105,15 @@ struct DefaultsCommand: AsyncParsableCommand {
             abstract: "Print a line per change of KEY in any process (KEY=VALUE, or 'KEY removed'). Exits 0 after --count changes, 1 on timeout.")
         @OptionGroup var options: SuiteOptions
         @Argument(help: "The key.") var key: String
-        @Option(help: "Exit after this many changes.") var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.") var timeout: Double?
+        @Option(help: "Exit after this many changes.", transform: ArgumentCheck.count) var count: Int?
+        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
         @Flag(help: "Print 'ready' once watching (for scripts and tests).") var announce = false
 
         func run() async throws {
             let defaults = try options.open()
             let changes = try defaults.changes(forKey: key)
             if announce { emit("ready") }
-            let deadline = timeout.map { Deadline.seconds($0) } ?? .never
+            let deadline = try Deadline.option(timeout)
             var seen = 0
             while count.map({ seen < $0 }) ?? true {
                 do {
@@ -158,8 +158,8 @@ struct DefaultsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "test-writer", shouldDisplay: false)
         @OptionGroup var options: SuiteOptions
         @Option var name: String
-        @Option var keys = 50
-        @Option var seconds = 5.0
+        @Option(transform: ArgumentCheck.positiveCount) var keys: Int = 50
+        @Option(transform: ArgumentCheck.seconds) var seconds: Double = 5.0
 
         func run() async throws {
             let defaults = try options.open()
@@ -184,8 +184,8 @@ struct DefaultsCommand: AsyncParsableCommand {
     struct TestReader: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "test-reader", shouldDisplay: false)
         @OptionGroup var options: SuiteOptions
-        @Option var keys = 50
-        @Option var seconds = 5.0
+        @Option(transform: ArgumentCheck.positiveCount) var keys: Int = 50
+        @Option(transform: ArgumentCheck.seconds) var seconds: Double = 5.0
 
         func run() async throws {
             let defaults = try options.open()
@@ -218,7 +218,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "test-increment", shouldDisplay: false)
         @OptionGroup var options: SuiteOptions
         @Option var key = "counter"
-        @Option var count = 1000
+        @Option(transform: ArgumentCheck.count) var count: Int = 1000
         @Flag(help: "Print 'ready', then start when the key 'go' is set (so that all workers overlap).") var waitForGo = false
 
         func run() async throws {
@@ -245,7 +245,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "test-big-writer", shouldDisplay: false)
         @OptionGroup var options: SuiteOptions
         @Option var key = "big"
-        @Option var size = 1 << 20
+        @Option(transform: ArgumentCheck.count) var size: Int = 1 << 20
 
         func run() async throws {
             let defaults = try options.open()
@@ -278,8 +278,8 @@ struct DefaultsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "test-fill", shouldDisplay: false)
         @OptionGroup var options: SuiteOptions
         @Option var key = "big"
-        @Option var limit = 300_000
-        @Option var size = 1 << 20
+        @Option(transform: ArgumentCheck.count) var limit: Int = 300_000
+        @Option(transform: ArgumentCheck.count) var size: Int = 1 << 20
 
         func run() async throws {
             let defaults = try options.open()

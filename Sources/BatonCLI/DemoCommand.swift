@@ -21,14 +21,14 @@ struct DemoCommand: AsyncParsableCommand {
         """
     )
 
-    @Option(help: "Messages to send.") var messages = 60
-    @Option(help: "Length of the scripted run, in seconds (a short drain follows).") var seconds = 30.0
+    @Option(help: "Messages to send.", transform: ArgumentCheck.count) var messages: Int = 60
+    @Option(help: "Length of the scripted run, in seconds (a short drain follows).", transform: ArgumentCheck.seconds) var seconds: Double = 30.0
     @Flag(help: "Kill and stall processes at random moments.") var chaos = false
     @Option(help: "Seed of the message times and the fault schedule (default: random).") var seed: UInt64?
     @Flag(help: "Print one JSON object on standard output (progress goes to standard error).") var json = false
     @Option(help: "Write the timeline as a self-contained HTML page.") var timeline: String?
     @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
-    @Option(help: "The extension memory limit in MiB (iOS: 24).") var memoryLimit = 24
+    @Option(help: "The extension memory limit in MiB (iOS: 24).", transform: ArgumentCheck.positiveCount) var memoryLimit: Int = 24
     @Option(help: "What the memory limit counts: dirty (what iOS counts: pages the process wrote) or resident (VmRSS, which also counts the clean pages of shared libraries).")
     var memoryMeasure = "dirty"
     @Option(help: "Write every event of the run to this file, one JSON object a line.") var events: String?

@@ -30,7 +30,7 @@ struct InboxCommand: AsyncParsableCommand {
         @OptionGroup var options: InboxOptions
         @Argument(help: "The message id (a call id, a payment hash).") var id: String
         @Argument(help: "The payload, as text.") var payload: String
-        @Option(help: "Seconds to keep it (default 300).") var lifetime: Double?
+        @Option(help: "Seconds to keep it (default 300).", transform: ArgumentCheck.seconds) var lifetime: Double?
 
         func run() async throws {
             let inbox = try await options.open()
@@ -44,11 +44,11 @@ struct InboxCommand: AsyncParsableCommand {
             abstract: "Print a message's payload, waiting for another process to store it. Exits 1 on timeout.")
         @OptionGroup var options: InboxOptions
         @Argument(help: "The message id.") var id: String
-        @Option(help: "Give up after this many seconds (default: wait forever).") var timeout: Double?
+        @Option(help: "Give up after this many seconds (default: wait forever).", transform: ArgumentCheck.seconds) var timeout: Double?
 
         func run() async throws {
             let inbox = try await options.open(configuration: InboxConfiguration(timeoutMargin: .zero))
-            let deadline = timeout.map { Deadline.seconds($0) } ?? .never
+            let deadline = try Deadline.option(timeout)
             switch try await inbox.message(id: id, deadline: deadline, source: nil) {
             case .message(let message, _):
                 emit(String(decoding: message.payload, as: UTF8.self))

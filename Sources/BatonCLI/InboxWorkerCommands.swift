@@ -18,7 +18,7 @@ extension InboxCommand {
 
         struct Serve: ParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Serve on 127.0.0.1; prints `listening PORT`.")
-            @Option(help: "Wait this long before each delivery to a core (ms).") var delayMs = 0
+            @Option(help: "Wait this long before each delivery to a core (ms).", transform: ArgumentCheck.count) var delayMs: Int = 0
 
             func run() throws {
                 let server = try LoopbackMessageServer(delayMilliseconds: delayMs)
@@ -67,7 +67,7 @@ extension InboxCommand {
             shouldDisplay: false)
         @OptionGroup var options: InboxOptions
         @Option var port: UInt16
-        @Option(help: "Give up acquiring the role after this many seconds.") var timeout: Double = 30
+        @Option(help: "Give up acquiring the role after this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double = 30
 
         func run() async throws {
             TerminationSignal.prepare()
@@ -100,13 +100,13 @@ extension InboxCommand {
             shouldDisplay: false)
         @OptionGroup var options: InboxOptions
         @Option(help: "The loopback server's port; without it, only wait for the store.") var port: UInt16?
-        @Option(help: "The system's limit in seconds.") var timeout: Double = 30
-        @Option(help: "Give up this long before the limit (seconds).") var margin: Double = 2
+        @Option(help: "The system's limit in seconds.", transform: ArgumentCheck.seconds) var timeout: Double = 30
+        @Option(help: "Give up this long before the limit (seconds).", transform: ArgumentCheck.seconds) var margin: Double = 2
         @Flag(help: "Do not claim the messages for display.") var noClaim = false
         @Argument(help: "The message ids, one instance each.") var ids: [String]
 
         func run() async throws {
-            let deadline = Deadline.seconds(timeout)
+            let deadline = try Deadline.seconds(timeout)
             let configuration = InboxConfiguration(timeoutMargin: .milliseconds(Int64(margin * 1000)))
             let source = port.map { port in
                 LoopbackMessageSource(port: port) { event in

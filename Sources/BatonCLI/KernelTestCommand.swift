@@ -19,7 +19,7 @@ struct KernelTestCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "wait-word")
         @OptionGroup var container: ContainerOptions
         @Option var file: String
-        @Option var timeout: Double = 10
+        @Option(transform: ArgumentCheck.seconds) var timeout: Double = 10
 
         func run() async throws {
             let container = try container.open()
@@ -27,7 +27,7 @@ struct KernelTestCommand: AsyncParsableCommand {
             let word = map.pointer.assumingMemoryBound(to: UInt32.self)
             let seen = baton_load32(word)
             emit("waiting \(seen)")
-            let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+            let deadline = try Deadline.seconds(timeout).instant
             while baton_load32(word) == seen {
                 if AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: AddressWait.timeout(until: deadline)) == .timedOut {
                     emit("timed-out")
@@ -75,13 +75,13 @@ struct KernelTestCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "queue-acquire")
         @OptionGroup var container: ContainerOptions
         @Option var name: String
-        @Option var timeout: Double = 10
+        @Option(transform: ArgumentCheck.seconds) var timeout: Double = 10
 
         func run() async throws {
             let queue = try TicketLock(try container.open(), name: name)
             emit("started")
             do {
-                _ = try queue.acquire(deadline: .after(.milliseconds(Int64(timeout * 1000))), interruption: { nil })
+                _ = try queue.acquire(deadline: try .seconds(timeout), interruption: { nil })
             } catch let error as BatonError where error.code == .busy {
                 emit("busy")
                 return

@@ -23,7 +23,7 @@ struct LifecycleCommand: AsyncParsableCommand {
             commandName: "reachability",
             abstract: "Print the network path, then one JSON line per kernel change (rtnetlink), until interrupted.")
 
-        @Option(help: "Stop after this many seconds (default: run until SIGTERM/SIGINT).") var seconds: Double?
+        @Option(help: "Stop after this many seconds (default: run until SIGTERM/SIGINT).", transform: ArgumentCheck.seconds) var seconds: Double?
 
         func run() async throws {
             TerminationSignal.prepare()
@@ -119,7 +119,7 @@ struct LifecycleCommand: AsyncParsableCommand {
         @Option(help: "Connect only while holding this role (see `baton role`).") var role: String?
         @Option(help: "With --role: main (the app) or executor (an extension).") var rolePriority: String = "executor"
         @Option(help: "Priority for --handover (higher preempts).") var priority: UInt32 = 1
-        @Option(help: "Keep-alive ping interval in seconds.") var keepAlive: Double = 5
+        @Option(help: "Keep-alive ping interval in seconds.", transform: ArgumentCheck.positiveSeconds) var keepAlive: Double = 5
 
         func run() async throws {
             TerminationSignal.prepare()

@@ -14,15 +14,15 @@ struct LockCommand: AsyncParsableCommand {
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The lock file name, relative to .baton (e.g. locks/demo.lock).") var name: String
         @Flag(help: "Take a shared lock instead of an exclusive one.") var shared = false
-        @Option(help: "Give up after this many seconds.") var timeout: Double?
-        @Option(help: "Release after this many seconds instead of waiting for a signal.") var hold: Double?
+        @Option(help: "Give up after this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Release after this many seconds instead of waiting for a signal.", transform: ArgumentCheck.seconds) var hold: Double?
 
         func run() async throws {
             TerminationSignal.prepare()
             let lock = try FileLock(try options.open(), name: name)
             let held: HeldFileLock
             do {
-                held = try await lock.lock(shared ? .shared : .exclusive, deadline: timeout.map { .seconds($0) } ?? .never)
+                held = try await lock.lock(shared ? .shared : .exclusive, deadline: try .option(timeout))
             } catch let error as BatonError where error.code == .timedOut {
                 emit("timeout")
                 throw ExitCode(3)

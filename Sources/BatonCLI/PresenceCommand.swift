@@ -34,7 +34,11 @@ struct PresenceCommand: AsyncParsableCommand {
         @Flag(help: "JSON: an array of {kind, pid, since}.") var json = false
 
         func run() async throws {
-            let records = try options.open().presence.list()
+            let scan = try options.open().presence.scan()
+            let records = scan.records
+            for entry in scan.skipped {
+                FileHandleOutput.standardError("skipped presence/\(entry.name): \(entry.reason)")
+            }
             if json {
                 emit(try jsonLine(JSONValue.array(records.map { JSONValue.object(["kind": .string($0.kind), "pid": .int(Int($0.pid)), "since": .string(iso8601($0.since)), "id": .string($0.id)]) })))
             } else {

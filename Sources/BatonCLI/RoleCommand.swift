@@ -28,14 +28,14 @@ struct RoleCommand: AsyncParsableCommand {
         @Option(help: "main (100) or executor (10).") var role: String?
         @Option(help: "Any integer priority (instead of --role).") var priority: Int?
         @Option(help: "What this process is, shown in the status.") var kind: String?
-        @Option(help: "Give up after this many seconds (default: wait forever).") var timeout: Double?
-        @Option(help: "Hold the role this many seconds unless asked to stop (default: release at once).") var hold: Double?
-        @Option(help: "Run a critical section of this many seconds right after acquiring.") var critical: Double?
+        @Option(help: "Give up after this many seconds (default: wait forever).", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Hold the role this many seconds unless asked to stop (default: release at once).", transform: ArgumentCheck.seconds) var hold: Double?
+        @Option(help: "Run a critical section of this many seconds right after acquiring.", transform: ArgumentCheck.seconds) var critical: Double?
         @Flag(help: "Do not release when asked to stop (to be overtaken).") var ignoreStop = false
-        @Option(help: "Call suspend() after this many seconds and keep running without any lock.") var suspendAfter: Double?
-        @Option(help: "With --suspend-after: call resume() this many seconds after suspending.") var resumeAfter: Double?
-        @Option(help: "Grace period, in seconds, given to a holder this process preempts.") var grace: Double?
-        @Option(help: "Bound, in seconds, on waiting for a preempted holder's critical section.") var maxCriticalWait: Double?
+        @Option(help: "Call suspend() after this many seconds and keep running without any lock.", transform: ArgumentCheck.seconds) var suspendAfter: Double?
+        @Option(help: "With --suspend-after: call resume() this many seconds after suspending.", transform: ArgumentCheck.seconds) var resumeAfter: Double?
+        @Option(help: "Grace period, in seconds, given to a holder this process preempts.", transform: ArgumentCheck.seconds) var grace: Double?
+        @Option(help: "Bound, in seconds, on waiting for a preempted holder's critical section.", transform: ArgumentCheck.seconds) var maxCriticalWait: Double?
 
         func validate() throws {
             guard (role == nil) != (priority == nil) else {
@@ -43,10 +43,6 @@ struct RoleCommand: AsyncParsableCommand {
             }
             if let role, role != "main", role != "executor" {
                 throw ValidationError("--role must be main or executor")
-            }
-            for (flag, value) in [("--timeout", timeout), ("--hold", hold), ("--critical", critical), ("--suspend-after", suspendAfter),
-                                  ("--resume-after", resumeAfter), ("--grace", grace), ("--max-critical-wait", maxCriticalWait)] {
-                if let value, !(value >= 0) { throw ValidationError("\(flag) must be a non-negative number of seconds") }
             }
         }
 
@@ -62,7 +58,7 @@ struct RoleCommand: AsyncParsableCommand {
             let lease: RoleLease
             do {
                 lease = try await handle.acquire(
-                    priority: level, kind: kind ?? (role ?? "process"), deadline: timeout.map { .seconds($0) } ?? .never)
+                    priority: level, kind: kind ?? (role ?? "process"), deadline: try .option(timeout))
             } catch let error as BatonError where error.code == .busy || error.code == .timedOut {
                 var fields: [String: JSONValue] = ["event": .string("busy"), "code": .string(error.code.rawValue), "message": .string(error.message)]
                 if let holder = try? handle.status().holder {
@@ -167,7 +163,7 @@ struct RoleCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Soak-test worker (internal).", shouldDisplay: false)
         @OptionGroup var options: ContainerOptions
         @Option var name = "core"
-        @Option var seconds: Double = 10
+        @Option(transform: ArgumentCheck.seconds) var seconds: Double = 10
         @Option var log: String
 
         func run() async throws {
@@ -176,7 +172,7 @@ struct RoleCommand: AsyncParsableCommand {
             let logFD = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
             guard logFD >= 0 else { throw BatonError(.notWritable, "cannot open the soak log") }
             defer { close(logFD) }
-            let end = Deadline.seconds(seconds)
+            let end = try Deadline.seconds(seconds)
             var acquired = 0, busy = 0, fenced = 0, preempted = 0
             func append(_ line: String, _ lease: RoleLease) -> Bool {
                 // The log is the shared store: its lock is the transaction, the fence is checked in it.

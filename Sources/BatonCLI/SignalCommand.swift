@@ -25,15 +25,15 @@ struct SignalCommand: AsyncParsableCommand {
             abstract: "Print one line per delivery: NAME state=N. Exits 0 after --count deliveries, 1 on timeout.")
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The signal name.") var name: String
-        @Option(help: "Exit after this many deliveries.") var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.") var timeout: Double?
+        @Option(help: "Exit after this many deliveries.", transform: ArgumentCheck.count) var count: Int?
+        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
         @Flag(help: "Print 'ready' once observing (for scripts and tests).") var announce = false
 
         func run() async throws {
             let signals = try options.open().signals
             let observation = try signals.observe(name)
             if announce { emit("ready") }
-            let deadline = timeout.map { Deadline.seconds($0) } ?? .never
+            let deadline = try Deadline.option(timeout)
             var delivered = 0
             while count.map({ delivered < $0 }) ?? true {
                 do {

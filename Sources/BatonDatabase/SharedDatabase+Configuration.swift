@@ -30,6 +30,11 @@ extension SharedDatabase {
         public var walRestartSize: Int = 16 << 20
         /// Reader connections of this process. Default 5.
         public var maximumReaderCount: Int = 5
+        /// Accept a database file (or `-wal`, `-shm`) that another user owns or that group or
+        /// others may write. Off by default: such a user could replace the database and forge
+        /// what this process reads. A container opened with
+        /// ``SharedContainer/Options/trustsOtherUsers`` implies it.
+        public var trustsOtherUsers = false
         /// Runs on every new connection, after Baton's own settings (for `PRAGMA`s, functions).
         public var prepareDatabase: (@Sendable (Database) throws -> Void)?
 

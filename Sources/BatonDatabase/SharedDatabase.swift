@@ -130,7 +130,10 @@ public final class SharedDatabase: Sendable {
     /// - Returns: The open database.
     /// - Throws: `suspended` while the container is suspended; `timedOut` if the open lock stays
     ///   held past ``Configuration/openTimeout``; `notADatabase` or `corrupt` for a file that is
-    ///   not a sound SQLite database; `invalidArgument` when the database is newer than `migrator`.
+    ///   not a sound SQLite database; `invalidArgument` when the database is newer than `migrator`;
+    ///   `notARegularFile`, `ownedByAnotherUser` or `writableByOthers` for the database file or
+    ///   its `-wal` or `-shm` (see ``Configuration/trustsOtherUsers``). A new database file is
+    ///   created with mode 0600, and SQLite gives its `-wal` and `-shm` the same mode.
     public static func open(
         at path: String,
         container: SharedContainer,
@@ -219,8 +222,10 @@ public final class SharedDatabase: Sendable {
         state.withLock { $0.registration = token }
     }
 
-    /// Opens a `DatabasePool` with the sharing settings.
+    /// Opens a `DatabasePool` with the sharing settings (after ``checkFiles(at:create:trustsOtherUsers:)``).
     func makePool() throws -> DatabasePool {
+        try Self.checkFiles(at: path, create: !isReadOnly,
+                            trustsOtherUsers: configuration.trustsOtherUsers || container.options.trustsOtherUsers)
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
         grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, tryOnce: tryOnce, checkpointing: checkpointing).shouldRetry)
@@ -574,7 +579,9 @@ public final class SharedDatabase: Sendable {
     /// A closure already running is interrupted: its SQL statements fail with `SQLITE_INTERRUPT`
     /// (`sqlite3_interrupt`, repeated, and a progress handler for long statements), which rolls
     /// its transaction back; `suspend()` waits until it has returned. Calls nest: each needs a ``resume()``. The container's suspension
-    /// (``SharedContainer/suspend()``) suspends the database too.
+    /// (``SharedContainer/suspend()``) suspends the database too, and it alone also releases
+    /// Baton's other locks in the container (the signal table's process entry, taken while
+    /// commits are observed): call it, not this alone, before the process is suspended.
     public func suspend() async {
         let first = state.withLock { state -> Bool in
             state.depth += 1

@@ -109,6 +109,19 @@ struct InboxTests {
         #expect(try await Self.storedIDs(container.path) == ["fresh"])
     }
 
+    @Test func aLifetimeThatIsNotANumberOfSecondsIsRefusedNotTakenForADuplicate() async throws {
+        let directory = try TemporaryContainer()
+        let inbox = try await Inbox.open(container: try SharedContainer(path: directory.path))
+        for lifetime in [Double.nan, -1, .infinity, -.infinity] {
+            await #expect {
+                try await inbox.store(IncomingMessage(id: "m", payload: Data("x".utf8), lifetime: lifetime))
+            } throws: { ($0 as? BatonError)?.code == .invalidArgument }
+        }
+        // A huge lifetime is kept (cut to what a date can hold), not refused.
+        #expect(try await inbox.store(IncomingMessage(id: "m", payload: Data("x".utf8), lifetime: 1e300)))
+        #expect(try await Self.storedIDs(directory.path) == ["m"])
+    }
+
     // MARK: App and extensions
 
     @Test func withTheAppRunningAnExtensionGetsTheMessageFromTheStore() async throws {

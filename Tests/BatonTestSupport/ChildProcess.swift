@@ -19,6 +19,8 @@ package final class ChildProcess: Sendable {
     private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
     private let exitStatus = Mutex<Int32?>(nil)
     private let errorOutput = Mutex<[String]>([])
+    /// Set when the child's standard error reaches its end.
+    private let errorsClosed = Mutex(false)
 
     /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
     package static var executable: String {
@@ -30,9 +32,22 @@ package final class ChildProcess: Sendable {
         return directory.appendingPathComponent("baton").path
     }
 
-    /// Starts `baton <arguments>` (or `executable <arguments>`) with `BATON_CONTAINER` set to
-    /// `container`.
-    package init(_ arguments: [String], container: String?, environment extra: [String: String] = [:], executable: String = ChildProcess.executable) throws {
+    /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
+    package convenience init(_ arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+        try self.init(rawArguments: arguments.map { Array($0.utf8) }, container: container, environment: extra)
+    }
+
+    /// Starts `baton` with arguments given as raw bytes (which need not be valid UTF-8), or
+    /// `program <baton> <arguments>` when `program` is given (such as `/usr/bin/setpriv` with
+    /// its own options first in `programArguments`).
+    package init(
+        rawArguments: [[UInt8]],
+        container: String?,
+        environment extra: [String: String] = [:],
+        program: String? = nil,
+        programArguments: [String] = []
+    ) throws {
+        let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
         self.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         if let container { environment["BATON_CONTAINER"] = container }
@@ -52,14 +67,20 @@ package final class ChildProcess: Sendable {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let prefix = program.map { [Array($0.utf8)] + programArguments.map { Array($0.utf8) } } ?? []
+        let argv = (prefix + [Array(Self.executable.utf8)] + rawArguments).map { bytes -> UnsafeMutablePointer<CChar>? in
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
+            for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
+            copy[bytes.count] = 0
+            return copy
+        } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
-            argv.forEach { free($0) }
+            argv.forEach { $0?.deallocate() }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        let result = posix_spawn(&pid, program ?? Self.executable, &actions, nil, argv, envp)
         POSIX.close(pipe[1])
         POSIX.close(errorPipe[1])
         guard result == 0 else {
@@ -94,7 +115,11 @@ package final class ChildProcess: Sendable {
             append(String(decoding: pending, as: UTF8.self), errors: errors)
         }
         POSIX.close(fd)
-        if !errors { output.withLock { $0.closed = true } }
+        if errors {
+            errorsClosed.withLock { $0 = true }
+        } else {
+            output.withLock { $0.closed = true }
+        }
     }
 
     private func append(_ line: String, errors: Bool) {
@@ -135,14 +160,17 @@ package final class ChildProcess: Sendable {
     package func signal(_ number: Int32) { POSIX.kill(pid, number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
-    /// Then waits (a second at most) for the reader thread to reach the end of the child's
-    /// output, so that ``lines`` holds everything the child printed.
+    /// Then waits (a second at most) for the reader threads to reach the end of the child's
+    /// output and standard error, so that ``lines`` and ``errorLines`` hold everything the child
+    /// printed.
     @discardableResult
     package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let status = reap(blocking: false) {
-                for _ in 0..<200 where !outputClosed { try await Task.sleep(for: .milliseconds(5)) }
+                for _ in 0..<200 where !outputClosed || !errorsClosed.withLock({ $0 }) {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
                 return status
             }
             try await Task.sleep(for: .milliseconds(5))

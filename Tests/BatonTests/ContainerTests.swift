@@ -118,6 +118,83 @@ struct ContainerTests {
         }
     }
 
+    @Test("a container writable by group or others is refused", arguments: [0o770, 0o707, 0o777, 0o1777] as [mode_t])
+    func writableByOthers(mode: mode_t) throws {
+        let directory = try TemporaryContainer()
+        #expect(chmod(directory.path, mode) == 0)
+        #expect(code { _ = try SharedContainer(path: directory.path) } == BatonError.Code("writableByOthers"))
+    }
+
+    @Test("the command line refuses a world-writable container in one line")
+    func writableByOthersCommandLine() async throws {
+        let directory = try TemporaryContainer()
+        #expect(chmod(directory.path, 0o777) == 0)
+        let result = try await runBaton(["signal", "post", "x"], container: directory.path)
+        #expect(result.status == 1)
+        #expect(result.errors.count == 1 && result.errors.first?.contains("writableByOthers") == true, "\(result.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.path + "/.baton/signals"))
+    }
+
+    @Test("a .baton directory or file writable by others is refused")
+    func batonDirectoryWritableByOthers() throws {
+        let directory = try TemporaryContainer()
+        _ = try SharedContainer(path: directory.path)
+        #expect(chmod(directory.path + "/.baton", 0o777) == 0)
+        #expect(code { _ = try SharedContainer(path: directory.path) } == BatonError.Code("writableByOthers"))
+    }
+
+    @Test("Baton's files are 0600 whatever the umask")
+    func filesIgnoreTheUmask() async throws {
+        let directory = try TemporaryContainer()
+        let previous = umask(0)
+        defer { umask(previous) }
+        let container = try SharedContainer(path: directory.path)
+        try container.signals.post("x")
+        _ = try FileLock(container, name: "a.lock").tryLock()
+        let role = try container.role()
+        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
+        await lease.release()
+        let enumerator = try #require(FileManager.default.enumerator(atPath: directory.path + "/.baton"))
+        var checked = 0
+        while let name = enumerator.nextObject() as? String {
+            let attributes = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/" + name)
+            let permissions = attributes[.posixPermissions] as? Int
+            if attributes[.type] as? FileAttributeType == .typeDirectory {
+                #expect(permissions == 0o700, "\(name)")
+            } else {
+                #expect(permissions == 0o600, "\(name) is \(String(permissions ?? 0, radix: 8))")
+                checked += 1
+            }
+        }
+        #expect(checked >= 4)
+    }
+
+    @Test("a FIFO in place of a channel is refused at once, not waited on")
+    func fifoChannel() async throws {
+        let directory = try TemporaryContainer()
+        _ = try SharedContainer(path: directory.path)
+        try FileManager.default.createDirectory(atPath: directory.path + "/.baton/channels", withIntermediateDirectories: true)
+        #expect(mkfifo(directory.path + "/.baton/channels/jobs", 0o600) == 0)
+        for arguments in [["channel", "send", "jobs", "1", "--timeout", "1"], ["channel", "receive", "jobs", "--timeout", "1"]] {
+            let started = Date()
+            let child = try ChildProcess(arguments, container: directory.path)
+            let status = try await child.wait(timeout: 5)
+            #expect(Date().timeIntervalSince(started) < 4)
+            #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
+            #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
+        }
+    }
+
+    @Test("a FIFO or directory in place of a lock file is refused at once")
+    func fifoLockFile() throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        #expect(mkfifo(directory.path + "/.baton/fifo.lock", 0o600) == 0)
+        #expect(code { _ = try FileLock(container, name: "fifo.lock").tryLock() } == BatonError.Code("notARegularFile"))
+        try FileManager.default.createDirectory(atPath: directory.path + "/.baton/dir.lock", withIntermediateDirectories: false)
+        #expect(code { _ = try FileLock(container, name: "dir.lock").tryLock() } == BatonError.Code("notARegularFile"))
+    }
+
     @Test("the command line explains a bad container")
     func commandLine() async throws {
         let result = try await runBaton(["presence", "list", "--container", "/nonexistent/x"], container: nil)

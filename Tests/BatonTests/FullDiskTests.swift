@@ -57,9 +57,11 @@ final class SmallDisk: Sendable {
     func baton(_ arguments: [String]) async throws -> (status: Int32, lines: [String], errors: [String]) {
         if mounted { return try await runBaton(arguments, container: path) }
         // ulimit -f counts 512-byte blocks; SIGXFSZ ignored so the call fails with EFBIG.
-        let quoted = ([ChildProcess.executable] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        // sh -c SCRIPT baton ARGS: the script sees baton as $0 and ARGS as "$@".
         let blocks = limitBlocks.withLock { $0 }
-        let child = try ChildProcess(["-c", "ulimit -f \(blocks); trap '' XFSZ; exec \(quoted)"], container: path, executable: "/bin/sh")
+        let child = try ChildProcess(
+            rawArguments: arguments.map { Array($0.utf8) }, container: path,
+            program: "/bin/sh", programArguments: ["-c", "ulimit -f \(blocks); trap '' XFSZ; exec \"$0\" \"$@\""])
         let status = try await child.wait(timeout: 30)
         return (status, child.lines, child.errorLines)
     }

@@ -57,7 +57,7 @@ struct KernelTests {
         try await subscription.events.wait(after: seen, deadline: .after(.seconds(20)))
         var held = try lock.tryLock()
         // Linux posts the close event just before it drops the lock; the layer delivers it again.
-        for _ in 0..<3 where held == nil {
+        for _ in 0..<FileEvents.redeliveryDelays.count where held == nil {
             let again = subscription.events.snapshot()
             try await subscription.events.wait(after: again, deadline: .after(.seconds(20)))
             held = try lock.tryLock()
@@ -96,7 +96,7 @@ struct KernelTests {
         child.signal(SIGKILL)
         try await fired.wait(after: seen, deadline: .after(.seconds(20)))
         var alive = container.owners.isAlive(token)
-        for _ in 0..<3 where alive {
+        for _ in 0..<FileEvents.redeliveryDelays.count where alive {
             let again = fired.snapshot()
             try await fired.wait(after: again, deadline: .after(.seconds(20)))
             alive = container.owners.isAlive(token)

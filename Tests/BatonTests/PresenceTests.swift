@@ -66,6 +66,45 @@ struct PresenceTests {
         #expect(try container.presence.list().isEmpty)
     }
 
+    @Test("a live process whose presence file is corrupt is still listed, as unknown")
+    func corruptFileOfALiveProcess() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let holder = try ChildProcess(["presence", "hold", "--kind", "extension"], container: directory.path)
+        let registered = try await holder.line(timeout: 30) { $0.hasPrefix("registered") }
+        let id = try #require(registered.split(separator: " ").first { $0.hasPrefix("id=") }?.dropFirst(3))
+        // Overwrite the content in place: the holder's lock is on the same file and stays held.
+        let file = FileHandle(forWritingAtPath: directory.path + "/.baton/presence/\(id).lock")
+        try #require(file).write(Data(repeating: 0xFF, count: 64))
+        try file?.close()
+        let live = try container.presence.list()
+        #expect(live.count == 1, "a live process disappeared because its file is corrupt: \(live)")
+        #expect(live.first?.kind == "unknown")
+        #expect(live.first?.id == String(id))
+        #expect(try container.presence.isAlive(id: String(id)))
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        #expect(try container.presence.list().isEmpty)
+    }
+
+    @Test("a symbolic link, a directory or a FIFO in presence/ is skipped, not fatal")
+    func oddEntries() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let registration = try container.presence.register(kind: "app")
+        let presence = directory.path + "/.baton/presence"
+        try FileManager.default.createSymbolicLink(atPath: presence + "/link.lock", withDestinationPath: "/etc/passwd")
+        try FileManager.default.createDirectory(atPath: presence + "/dir.lock", withIntermediateDirectories: false)
+        #expect(mkfifo(presence + "/fifo.lock", 0o600) == 0)
+        let live = try await within(5, "listing presence with odd entries") { try container.presence.list() }
+        #expect(live.map(\.pid) == [getpid()])
+        let result = try await runBaton(["presence", "list"], container: directory.path, timeout: 10)
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.lines.count == 1)
+        #expect(result.errors.filter { $0.contains("skipped") }.count == 3, "\(result.errors)")
+        registration.release()
+    }
+
     @Test("a bad kind is refused")
     func badKind() throws {
         let directory = try TemporaryContainer()

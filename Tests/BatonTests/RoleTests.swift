@@ -324,6 +324,92 @@ struct RoleTests {
         #expect(try role.status().epoch == lease.epoch)
     }
 
+    /// Epochs granted by `baton role acquire` children, one acquisition each.
+    static func acquireEpochs(_ count: Int, container: String) async throws -> [Int] {
+        var epochs: [Int] = []
+        for _ in 0..<count {
+            let result = try await runBaton(["role", "acquire", "--role", "main", "--timeout", "10"], container: container)
+            #expect(result.status == 0, "\(result.lines) \(result.errors)")
+            epochs.append(try #require(result.lines.first(where: Self.event("acquired")).flatMap { Self.int($0, "epoch") }))
+        }
+        return epochs
+    }
+
+    @Test func epochsNeverGoBackWhenTheRecordIsTruncatedOrZeroed() async throws {
+        let dir = try TemporaryContainer()
+        let record = dir.path + "/.baton/roles/core/record"
+        var highest = try await Self.acquireEpochs(2, container: dir.path).max()!
+        let damages: [(String, () throws -> Void)] = [
+            ("truncated to 0 bytes", { #expect(truncate(record, 0) == 0) }),
+            ("zeroed", { try Data(count: 5120).write(to: URL(fileURLWithPath: record)) }),
+            ("removed", { try FileManager.default.removeItem(atPath: record) }),
+            ("garbage", { try Data(repeating: 0x5A, count: 5120).write(to: URL(fileURLWithPath: record)) }),
+        ]
+        for (what, damage) in damages {
+            try damage()
+            let epochs = try await Self.acquireEpochs(2, container: dir.path)
+            #expect(epochs[0] > highest, "after the record was \(what), epoch \(epochs[0]) was granted again (highest so far \(highest))")
+            #expect(epochs[1] > epochs[0])
+            highest = max(highest, epochs.max()!)
+        }
+    }
+
+    @Test func epochsNeverGoBackWhenEveryCopyIsLost() async throws {
+        let dir = try TemporaryContainer()
+        let roleDirectory = dir.path + "/.baton/roles/core"
+        let highest = try await Self.acquireEpochs(3, container: dir.path).max()!
+        // Zero every regular file of the role (the record and any copy of its epoch counter).
+        for name in try FileManager.default.contentsOfDirectory(atPath: roleDirectory) where !name.hasSuffix(".lock") {
+            #expect(truncate(roleDirectory + "/" + name, 0) == 0)
+        }
+        let epochs = try await Self.acquireEpochs(1, container: dir.path)
+        #expect(epochs[0] > highest, "with every copy lost, epoch \(epochs[0]) was granted again (highest so far \(highest))")
+    }
+
+    @Test func aStuckArbiterLockDoesNotOutliveTheDeadline() async throws {
+        let dir = try TemporaryContainer()
+        _ = try await Self.acquireEpochs(1, container: dir.path)
+        // Another process (here: the test) holds the arbiter lock, as a stopped process would.
+        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDWR | O_CLOEXEC)
+        #expect(arbiter >= 0)
+        #expect(flock(arbiter, LOCK_EX) == 0)
+        defer { close(arbiter) }
+        let started = Date()
+        let waiter = try ChildProcess(["role", "acquire", "--role", "main", "--timeout", "1"], container: dir.path)
+        // The acquisition gives up at its deadline; the busy report's status read at its own
+        // bound (RoleDirectory.arbiterWaitBound, 2 s).
+        let status = try await waiter.wait(timeout: 8)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(status == 3, "\(waiter.lines) \(waiter.errorLines)")
+        #expect(elapsed < 5, "role acquire --timeout 1 took \(elapsed) s while the arbiter lock was held")
+        // Once the lock is free again, the role is acquired at once.
+        _ = flock(arbiter, LOCK_UN)
+        let epochs = try await Self.acquireEpochs(1, container: dir.path)
+        #expect(epochs[0] == 2)
+    }
+
+    @Test func waitsForAStuckArbiterKeepTheirOwnBoundsInOneProcess() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        _ = try role.status()
+        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDWR | O_CLOEXEC)
+        #expect(flock(arbiter, LOCK_EX) == 0)
+        defer { close(arbiter) }
+        // A long acquisition waits (suspended, holding no thread) while a status read of the
+        // same process gives up at its own bound instead of queueing behind it.
+        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(6))) }
+        try await Task.sleep(for: .milliseconds(100))
+        let begin = Date()
+        #expect { _ = try role.status() } throws: { ($0 as? BatonError)?.code == .timedOut }
+        let read = Date().timeIntervalSince(begin)
+        #expect(read > 1.5 && read < 4, "the status read took \(read) s")
+        // Once the lock is free, the waiting acquisition gets the role before its deadline.
+        _ = flock(arbiter, LOCK_UN)
+        let lease = try await acquisition.value
+        #expect(Date().timeIntervalSince(begin) < 5)
+        await lease.release()
+    }
+
     @Test func statusCommandPrintsJSON() async throws {
         let dir = try TemporaryContainer()
         let empty = try await runBaton(["role", "status", "--json"], container: dir.path)

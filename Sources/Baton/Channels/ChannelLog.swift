@@ -153,11 +153,12 @@ final class ChannelLog: @unchecked Sendable {
     static func storedCapacity(container: SharedContainer, name: String) throws -> ChannelCapacity? {
         try SharedContainer.validateName(name, what: "a channel name")
         let relativePath = directoryName + "/" + name
+        // Through openFile: a FIFO or directory in its place is refused at once, not waited on.
         let fd: Int32
-        switch Sys.openat(container.directory, relativePath, O_RDONLY) {
-        case .success(let value): fd = value
-        case .failure(let error) where error.errno == ENOENT: return nil
-        case .failure(let error): throw BatonError.system(error, "opening \(relativePath)")
+        do {
+            fd = try container.openFile(relativePath, flags: O_RDONLY)
+        } catch let error as BatonError where error.code == .notFound {
+            return nil
         }
         defer { Sys.close(fd) }
         var bytes = [UInt8](repeating: 0, count: 32)

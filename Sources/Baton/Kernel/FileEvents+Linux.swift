@@ -16,7 +16,7 @@ package final class FileEvents: Sendable {
     package static let shared = FileEvents()
 
     /// When a close event is delivered again after the first delivery.
-    static let redeliveryDelays: [Duration] = [.microseconds(500), .milliseconds(5)]
+    package static let redeliveryDelays: [Duration] = [.microseconds(500), .milliseconds(2), .milliseconds(10), .milliseconds(50)]
 
     private static func mask(_ interest: FileInterest) -> UInt32 {
         switch interest {

@@ -28,10 +28,15 @@ package final class OwnerTokens: Sendable {
         var token: UInt64?
         var fd: Int32 = -1
         var suspended = false
-        /// Critical sections of this process bound to the current token.
-        var inside = 0
     }
     private let state = Mutex(State())
+    /// The hot path of ``enter()``/``leave()`` (every defaults write, every channel operation):
+    /// atomics only. `cached` is the current token (0: none); `inside` counts this process's
+    /// critical sections; `suspending` is set before a suspension looks at `inside`, and a
+    /// section checks it after counting itself, so one of the two always sees the other.
+    private let cached = Atomic<UInt64>(0)
+    private let inside = Atomic<Int>(0)
+    private let suspending = Atomic<Bool>(false)
     /// Moves when the last critical section ends (a suspension waits on it).
     private let sectionsEnded = EventCounter()
 
@@ -64,30 +69,32 @@ package final class OwnerTokens: Sendable {
     /// container's suspension waits until it ends (``leave()``). Returns the token.
     /// - Throws: `suspended` while suspended.
     package func enter() throws -> UInt64 {
-        let (token, created) = try state.withLock { state in
-            let taken = try take(&state)
-            state.inside += 1
-            return taken
+        inside.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if !suspending.load(ordering: .sequentiallyConsistent) {
+            let token = cached.load(ordering: .acquiring)
+            if token != 0 { return token }
         }
-        if created { sweep() }
-        return token
+        do {
+            return try current()
+        } catch {
+            leave()
+            throw error
+        }
     }
 
     /// Ends a critical section begun with ``enter()``.
     package func leave() {
-        let last = state.withLock { state -> Bool in
-            state.inside -= 1
-            return state.inside == 0 && state.suspended
-        }
-        if last { sectionsEnded.notify() }
+        let remaining = inside.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
+        if remaining == 0 && suspending.load(ordering: .sequentiallyConsistent) { sectionsEnded.notify() }
     }
 
     /// The current token, taken now if needed (`created`).
     private func take(_ state: inout State) throws -> (token: UInt64, created: Bool) {
-        if let token = state.token { return (token, false) }
+        // Suspended first: a suspension in progress is about to release the token.
         if state.suspended {
             throw BatonError(.suspended, "cannot take ownership of shared state while the process is suspended; call resume() first")
         }
+        if let token = state.token { return (token, false) }
         switch Sys.mkdirat(directory, Self.directoryName, 0o700) {
         case .success: break
         case .failure(let error) where error.errno == EEXIST: break
@@ -119,6 +126,7 @@ package final class OwnerTokens: Sendable {
             }
             state.token = token
             state.fd = fd
+            cached.store(token, ordering: .releasing)
             return (token, true)
         }
     }
@@ -136,7 +144,7 @@ package final class OwnerTokens: Sendable {
     /// current token is alive. A token whose holder is gone has its file removed.
     package func isAlive(_ token: UInt64) -> Bool {
         if token == 0 { return false }
-        if state.withLock({ $0.token }) == token { return true }
+        if cached.load(ordering: .acquiring) == token { return true }
         let path = Self.path(token)
         let fd: Int32
         switch Sys.openat(directory, path, O_RDONLY) {
@@ -164,7 +172,23 @@ package final class OwnerTokens: Sendable {
     /// while waiting, or `nil` when the token is already dead (check ``isAlive(_:)`` *after*
     /// subscribing: a death in between is then reported one way or the other).
     package func watch(_ token: UInt64, callback: @escaping @Sendable () -> Void) -> FileEvents.Subscription? {
-        try? FileEvents.shared.subscribe(path: batonPath + "/" + Self.path(token), interest: .writerGone, callback: callback)
+        let path = batonPath + "/" + Self.path(token)
+        let following = Atomic<Bool>(false)
+        return try? FileEvents.shared.subscribe(path: path, interest: .writerGone) {
+            callback()
+            // Only the token's process opens the file for writing, and it closes it only when it
+            // dies or suspends: the release follows at once. Linux posts the close event just
+            // before it drops the lock, so the first look may still find it held; one thread then
+            // waits for the release itself (a blocking flock, no timer) and calls back again.
+            guard !following.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            KernelThread.spawn(name: "baton-owner-gone") {
+                defer { following.store(false, ordering: .releasing) }
+                guard case .success(let fd) = Sys.open(path, O_RDONLY | O_NOFOLLOW) else { return callback() }
+                _ = Sys.flock(fd, LOCK_SH)
+                Sys.unlockAndClose(fd)
+                callback()
+            }
+        }
     }
 
     /// Subscribes to the release of any token of the container (a process died or suspended):
@@ -190,20 +214,22 @@ package final class OwnerTokens: Sendable {
 
     /// Waits for this process's critical sections to end, then releases the token.
     func suspend() async {
+        suspending.store(true, ordering: .sequentiallyConsistent)
+        state.withLock { $0.suspended = true }
         while true {
             let seen = sectionsEnded.snapshot()
-            let done = state.withLock { state -> Bool in
-                state.suspended = true
-                guard state.inside == 0 else { return false }
-                if state.fd >= 0 {
-                    Sys.unlockAndClose(state.fd)
-                    _ = Sys.unlinkat(directory, Self.path(state.token!))
+            if inside.load(ordering: .sequentiallyConsistent) == 0 {
+                state.withLock { state in
+                    if state.fd >= 0, let token = state.token {
+                        Sys.unlockAndClose(state.fd)
+                        _ = Sys.unlinkat(directory, Self.path(token))
+                    }
+                    state.fd = -1
+                    state.token = nil
+                    cached.store(0, ordering: .releasing)
                 }
-                state.fd = -1
-                state.token = nil
-                return true
+                return
             }
-            if done { return }
             // A critical section lasts microseconds and never waits for this task.
             try? await sectionsEnded.wait(after: seen, deadline: .never)
         }
@@ -211,6 +237,7 @@ package final class OwnerTokens: Sendable {
 
     func resume() {
         state.withLock { $0.suspended = false }
+        suspending.store(false, ordering: .sequentiallyConsistent)
     }
 }
 

@@ -72,7 +72,7 @@ extension RoleCore {
             try Task.checkCancellation()
             let decision: Decision
             do {
-                decision = try transitionOnce(priority: priority, kind: kind, options: options, postedStop: &postedStop)
+                decision = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, postedStop: &postedStop)
             } catch {
                 // A grant whose record could not be written is no grant.
                 if state.withLock({ $0.grant == nil }) { holderLock.unlock() }
@@ -126,8 +126,11 @@ extension RoleCore {
         }
     }
 
-    private func transitionOnce(priority: RolePriority, kind: String, options: RoleOptions, postedStop: inout Bool) throws -> Decision {
-        try directory.transition { transaction -> Decision in
+    /// One pass; waits (suspended) for the arbiter lock until `deadline` at most.
+    private func transitionOnce(
+        priority: RolePriority, kind: String, options: RoleOptions, deadline: Deadline, postedStop: inout Bool
+    ) async throws -> Decision {
+        try await directory.transition(waitingUntil: deadline) { transaction -> Decision in
             if state.withLock({ $0.suspended }) {
                 throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
             }

@@ -35,6 +35,9 @@ final class RoleDirectory: Sendable {
         /// The record, mapped: writing through the mapping neither allocates nor updates the
         /// file's times on every change, so no transition waits for the file system's journal.
         var record: MappedFile
+        /// Whether this process has checked that the `epoch` file holds the reservation (a role
+        /// made by an older Baton has none until its reservation first moves).
+        var epochFloorChecked = false
     }
 
     // The arbiter descriptor and the record's mapping; holding this mutex is the in-process
@@ -74,40 +77,122 @@ final class RoleDirectory: Sendable {
         descriptors.withLock { _ in body() }
     }
 
+    /// How long a transition or read without a deadline of its own (a release, a critical
+    /// section, a status) waits for the arbiter lock before it fails with `timedOut`. The lock is
+    /// held for microseconds; a holder past this bound is stopped or hung.
+    static let arbiterWaitBound: Duration = .seconds(2)
+
     /// A transition: runs `body` holding the arbiter lock exclusively, with the current record.
     /// When `body` changes the record it is written back (synced when `durable` is set by body).
-    func transition<R>(_ body: (inout Transaction) throws -> R) throws -> R {
-        try descriptors.withLock { descriptors in
-            try Sys.flock(descriptors.arbiter, LOCK_EX).get("locking the arbiter of role \(name)")
-            defer { _ = Sys.flock(descriptors.arbiter, LOCK_UN) }
-            let original = try readRecord(descriptors.record)
-            var transaction = Transaction(record: original, directory: self)
-            let result = try body(&transaction)
-            if transaction.record != original {
-                transaction.record.sequence = original.sequence &+ 1
-                transaction.record.bootHash = BootIdentity.hash
-                transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
-                let offset = Int(transaction.record.sequence % 2) * RoleRecord.slotSize
+    /// - Parameter deadline: When to stop waiting for the arbiter lock (default:
+    ///   ``arbiterWaitBound`` from now). The calling thread sleeps meanwhile.
+    /// - Throws: `timedOut` when another process holds the arbiter past the deadline; what
+    ///   `body` throws.
+    func transition<R>(deadline: Deadline? = nil, _ body: (inout Transaction) throws -> R) throws -> R {
+        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        let held = try arbiterWait(LOCK_EX).wait(until: deadline ?? .after(Self.arbiterWaitBound))
+        return try withWaitedArbiter(held) { try transact(&$0, body) }
+    }
+
+    /// A transition that suspends the task, not its thread, while another process holds the
+    /// arbiter lock (for acquisitions, whose deadline may be far).
+    /// - Throws: As ``transition(deadline:_:)``; `CancellationError` when the task is cancelled.
+    func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> R {
+        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        let held = try await arbiterWait(LOCK_EX).value(until: deadline)
+        return try withWaitedArbiter(held) { try transact(&$0, body) }
+    }
+
+    private func transact<R>(_ descriptors: inout Descriptors, _ body: (inout Transaction) throws -> R) throws -> R {
+        let (original, condition) = try readRecord(descriptors.record)
+        let recovered = condition == .recovered
+        var transaction = Transaction(record: original, directory: self)
+        let result = try body(&transaction)
+        if transaction.record != original || recovered {
+            transaction.record.sequence = original.sequence &+ 1
+            transaction.record.bootHash = BootIdentity.hash
+            transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
+            // A new or recovered record is written to both slots, so that both are intact.
+            let slots = condition == .intact ? [Int(transaction.record.sequence % 2)] : [0, 1]
+            for slot in slots {
                 transaction.record.encode(into: UnsafeMutableRawBufferPointer(
-                    start: descriptors.record.pointer.advanced(by: offset), count: RoleRecord.slotSize))
-                if transaction.durable {
-                    try descriptors.record.sync()
-                }
+                    start: descriptors.record.pointer.advanced(by: slot * RoleRecord.slotSize), count: RoleRecord.slotSize))
             }
-            return result
+            if transaction.durable || recovered {
+                try descriptors.record.sync()
+            }
+            if transaction.durable {
+                // The second, independent copy of the reservation, before the epoch is used.
+                try writeEpochFloor(transaction.record.reservedEpoch)
+                descriptors.epochFloorChecked = true
+            }
         }
+        if !descriptors.epochFloorChecked {
+            if (try readEpochFloor().value ?? 0) < transaction.record.reservedEpoch {
+                try writeEpochFloor(transaction.record.reservedEpoch)
+            }
+            descriptors.epochFloorChecked = true
+        }
+        return result
     }
 
     /// Reads the record holding the arbiter lock shared (a consistent snapshot).
+    /// - Throws: `timedOut` when another process holds the arbiter past ``arbiterWaitBound``.
     func read<R>(_ body: (RoleRecord) throws -> R) throws -> R {
-        try descriptors.withLock { descriptors in
-            try Sys.flock(descriptors.arbiter, LOCK_SH).get("locking the arbiter of role \(name)")
+        let read = { (descriptors: inout Descriptors) in try body(try self.readRecord(descriptors.record).record) }
+        if let done = try withFreeArbiter(LOCK_SH, read) { return done }
+        return try withWaitedArbiter(try arbiterWait(LOCK_SH).wait(until: .after(Self.arbiterWaitBound)), read)
+    }
+
+    // The arbiter is normally free or held for microseconds: one non-blocking `flock` under the
+    // mutex. When another process holds it, the wait (see ``ArbiterWait``) happens outside the
+    // mutex, so the other threads of this process keep their own deadlines; the lock is then
+    // held through the wait's own descriptor, which excludes this process's descriptor too.
+
+    /// Runs `body` under the mutex if the arbiter lock is free now; `nil` when another process
+    /// holds it.
+    private func withFreeArbiter<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
+        try descriptors.withLock { descriptors -> R? in
+            guard try Sys.tryFlock(descriptors.arbiter, operation).get("locking the arbiter of role \(name)") else { return nil }
             defer { _ = Sys.flock(descriptors.arbiter, LOCK_UN) }
-            return try body(try readRecord(descriptors.record))
+            return try body(&descriptors)
         }
     }
 
-    private func readRecord(_ record: MappedFile) throws -> RoleRecord {
+    /// Starts waiting for the arbiter lock on a descriptor of its own.
+    private func arbiterWait(_ operation: Int32) throws -> ArbiterWait {
+        ArbiterWait(fd: try container.openFile(path + "/arbiter.lock", flags: O_RDONLY), operation: operation)
+    }
+
+    /// Runs `body` under the mutex with the arbiter lock held through `held` (from
+    /// ``ArbiterWait``), then releases it; `nil` (the deadline passed) throws `timedOut`.
+    private func withWaitedArbiter<R>(_ held: Int32?, _ body: (inout Descriptors) throws -> R) throws -> R {
+        guard let held else {
+            throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or find it in /proc/locks (\(container.absolutePath(path))/arbiter.lock)")
+        }
+        defer { Sys.unlockAndClose(held) }
+        return try descriptors.withLock { try body(&$0) }
+    }
+
+    /// What ``readRecord(_:)`` found.
+    private enum RecordCondition {
+        /// Both slots valid.
+        case intact
+        /// A new role: nothing written yet.
+        case new
+        /// Rebuilt from what was left: written back to both slots at once.
+        case recovered
+    }
+
+    /// The record, and whether it is intact, new, or had to be recovered.
+    ///
+    /// The epoch counter never goes back, whatever happened to the record: while both slots are
+    /// intact the newest one is used. Otherwise (a slot torn, zeroed or forged, the file
+    /// truncated or removed) the counter restarts from the highest durable reservation known:
+    /// the intact slot's and the one kept in the separate `epoch` file (see
+    /// ``writeEpochFloor(_:)``); every epoch granted so far is at or below it. With no copy left
+    /// at all, see ``recoverLostEpochs()``.
+    private func readRecord(_ record: MappedFile) throws -> (record: RoleRecord, condition: RecordCondition) {
         // A record file cut short by someone else would fault the mapping (SIGBUS): extend it
         // again first (the lost part reads as zeros, and a record without a valid slot is
         // recovered below).
@@ -116,25 +201,91 @@ final class RoleDirectory: Sendable {
             try FileSpace.reserve(record.fd, from: size, to: RoleRecord.fileSize, path: "the record of role \(name)")
         }
         let count = min(record.size, RoleRecord.fileSize)
-        do {
-            // Under the arbiter lock nobody writes the mapping, so it is decoded in place.
-            return try RoleRecord.newest(in: UnsafeRawBufferPointer(start: record.pointer, count: count)) ?? RoleRecord()
-        } catch {
-            return recoverCorruptRecord()
+        // Under the arbiter lock nobody writes the mapping, so it is decoded in place.
+        let reading = RoleRecord.read(in: UnsafeRawBufferPointer(start: record.pointer, count: count))
+        if let newest = reading.newest, reading.intactSlots == 2 { return (newest, .intact) }
+        let floor = try readEpochFloor()
+        switch (reading.newest, floor) {
+        case (nil, .missing) where reading.isEmpty:
+            return (RoleRecord(), .new)
+        case (nil, .missing), (nil, .damaged):
+            return (recoverLostEpochs(), .recovered)
+        default:
+            var recovered = reading.newest ?? RoleRecord()
+            let highest = max(recovered.reservedEpoch, floor.value ?? 0)
+            recovered.lastEpoch = max(recovered.lastEpoch, highest)
+            recovered.reservedEpoch = highest
+            return (recovered, .recovered)
         }
     }
 
-    /// Both slots failed their checksum (a disk error, or a foreign write): the holder is unknown
-    /// and the epoch counter must still never go back. Restart it above every epoch named by a
-    /// holder file and above the wall clock in microseconds; the next grant fences any holder
-    /// that still believes in an older epoch. (Epochs normally count from 1, far below the wall
-    /// clock in microseconds.)
-    private func recoverCorruptRecord() -> RoleRecord {
+    /// Every copy of the epoch counter is lost (both slots and the `epoch` file damaged, or the
+    /// record damaged and the file removed): the holder is unknown and the counter must still
+    /// never go back. It restarts at the wall clock in microseconds, above every epoch granted
+    /// before: epochs count up by one per grant from 1 (or from an earlier such restart), and a
+    /// grant takes far longer than a microsecond. The jump is visible in the epoch itself (about
+    /// 1.7e15 in 2024). This assumes the wall clock was not set back past the previous restart;
+    /// a process that still believes in an older epoch is fenced by the next grant.
+    private func recoverLostEpochs() -> RoleRecord {
         let floor = UInt64(max(Self.wallNanoseconds() / 1000, 0))
         var record = RoleRecord()
         record.lastEpoch = floor
         record.reservedEpoch = floor
         return record
+    }
+
+    // MARK: Epoch floor
+
+    /// The `epoch` file: the durable epoch reservation, a second copy independent of the record
+    /// (two checksummed copies, replaced atomically when the reservation moves, once per
+    /// ``RoleRecord/reservationBlock`` grants).
+    private var epochFloorPath: String { path + "/epoch" }
+
+    private enum EpochFloor {
+        case missing
+        case damaged
+        case valid(UInt64)
+        var value: UInt64? { if case .valid(let value) = self { return value } else { return nil } }
+    }
+
+    private static let epochFloorMagic: UInt32 = 0x424C_4531 // "BLE1"
+    private static let epochFloorCopySize = 32
+
+    private func writeEpochFloor(_ epoch: UInt64) throws {
+        var bytes = [UInt8](repeating: 0, count: 2 * Self.epochFloorCopySize)
+        bytes.withUnsafeMutableBytes { raw in
+            for copy in 0..<2 {
+                let base = copy * Self.epochFloorCopySize
+                raw.storeBytes(of: Self.epochFloorMagic.littleEndian, toByteOffset: base, as: UInt32.self)
+                raw.storeBytes(of: epoch.littleEndian, toByteOffset: base + 8, as: UInt64.self)
+                let crc = Checksum.crc32c(UnsafeRawBufferPointer(rebasing: raw[base..<(base + 16)]))
+                raw.storeBytes(of: crc.littleEndian, toByteOffset: base + 16, as: UInt32.self)
+            }
+        }
+        try container.replaceFile(epochFloorPath, with: bytes)
+    }
+
+    private func readEpochFloor() throws -> EpochFloor {
+        let fd: Int32
+        do {
+            fd = try container.openFile(epochFloorPath, flags: O_RDONLY)
+        } catch let error as BatonError where error.code == .notFound {
+            return .missing
+        }
+        defer { Sys.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 2 * Self.epochFloorCopySize)
+        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(epochFloorPath)") }
+        let values = bytes.withUnsafeBytes { raw in
+            (0..<2).compactMap { copy -> UInt64? in
+                let base = copy * Self.epochFloorCopySize
+                guard count >= base + Self.epochFloorCopySize,
+                      UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: base, as: UInt32.self)) == Self.epochFloorMagic,
+                      UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: base + 16, as: UInt32.self))
+                        == Checksum.crc32c(UnsafeRawBufferPointer(rebasing: raw[base..<(base + 16)])) else { return nil }
+                return UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: base + 8, as: UInt64.self))
+            }
+        }
+        return values.max().map { .valid($0) } ?? .damaged
     }
 
     // MARK: Files

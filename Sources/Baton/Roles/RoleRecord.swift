@@ -221,21 +221,26 @@ struct RoleRecord: Sendable, Equatable {
         }
     }
 
-    /// The newest valid slot of a whole file (version 2, or else version 1 from an older Baton).
-    /// `nil` for an empty (new) file.
-    /// - Throws: `corrupt` when the file has content but no valid slot.
-    static func newest(in file: UnsafeRawBufferPointer) throws -> RoleRecord? {
+    /// What a whole record file holds: its newest valid slot (version 2, or else version 1 from
+    /// an older Baton), how many of its two slots are valid, and whether it is all zeros (new).
+    struct Reading {
+        var newest: RoleRecord?
+        var intactSlots: Int
+        var isEmpty: Bool
+    }
+
+    static func read(in file: UnsafeRawBufferPointer) -> Reading {
         for size in [slotSize, version1SlotSize] {
             var best: RoleRecord?
+            var intact = 0
             for index in 0..<2 where file.count >= (index + 1) * size {
-                if let record = decode(UnsafeRawBufferPointer(rebasing: file[(index * size)..<((index + 1) * size)])),
-                   record.sequence > (best?.sequence ?? 0) || best == nil {
-                    best = record
+                if let record = decode(UnsafeRawBufferPointer(rebasing: file[(index * size)..<((index + 1) * size)])) {
+                    intact += 1
+                    if record.sequence > (best?.sequence ?? 0) || best == nil { best = record }
                 }
             }
-            if let best { return best }
+            if let best { return Reading(newest: best, intactSlots: intact, isEmpty: false) }
         }
-        if file.allSatisfy({ $0 == 0 }) { return nil }
-        throw BatonError(.corrupt, "the role record failed its checksum in both slots")
+        return Reading(newest: nil, intactSlots: 0, isEmpty: file.allSatisfy { $0 == 0 })
     }
 }

@@ -230,6 +230,9 @@ enum LifecycleBench: BenchSuite {
             if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
             close(fd)
             _ = flock(lockFD, LOCK_UN)
+            // Only now may the holder lock again (otherwise it could take the lock back before
+            // this side's flock, and both would wait for each other).
+            worker.send("again")
             guard worker.receiveLine() == "ready" else { throw BatonError(.invalidArgument, "raw holder stopped") }
         }
         return samples
@@ -265,7 +268,8 @@ enum LifecycleBench: BenchSuite {
                 shutdown(fd, Int32(SHUT_RDWR))
                 close(fd)
                 _ = flock(lockFD, LOCK_UN)
-                usleep(100) // let the requester take the lock first
+                // The requester takes the lock, then says when it has let go again.
+                guard readStandardInputLine() != nil else { return }
             }
         default:
             throw BatonError(.invalidArgument, "unknown lifecycle worker \(arguments)")

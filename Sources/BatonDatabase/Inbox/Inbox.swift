@@ -64,7 +64,8 @@ public final class Inbox: Sendable {
     /// Stores a message the core received, unless its id is already stored, then rings the inbox
     /// signal. Expired messages are removed in the same transaction.
     /// - Returns: Whether the message was new.
-    /// - Throws: `invalidArgument` for a bad id; a database error when it could not be stored.
+    /// - Throws: `invalidArgument` for a bad id or a NaN, infinite or negative lifetime; a
+    ///   database error when it could not be stored.
     @discardableResult
     public func store(_ message: IncomingMessage) async throws -> Bool {
         let inserted = try await store.insert(message, defaultLifetime: configuration.messageLifetime)

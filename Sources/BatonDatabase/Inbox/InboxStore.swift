@@ -3,20 +3,28 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Baton
 import GRDB
 
 /// The inbox table's queries. Every change is one transaction; expired messages are removed in
 /// the same transaction as the next insert or claim.
 struct InboxStore: Sendable {
     let database: SharedDatabase
+    /// The longest lifetime stored (about 10,000 years); longer ones are cut to it.
+    static let longestLifetime: TimeInterval = 3e11
 
     /// Stores `message` unless its id is already there. Returns whether it was inserted.
     func insert(_ message: IncomingMessage, defaultLifetime: TimeInterval) async throws -> Bool {
         try InboxMessage.validate(id: message.id)
+        let lifetime = message.lifetime ?? defaultLifetime
+        guard lifetime.isFinite, lifetime >= 0 else {
+            throw BatonError(.invalidArgument, "the lifetime of message \(message.id) is NaN, infinite or negative; pass a number of seconds from 0 up (or nil for the default)")
+        }
         let now = Date()
         let record = InboxMessage(
             id: message.id, payload: message.payload, receivedAt: now,
-            expiresAt: now.addingTimeInterval(message.lifetime ?? defaultLifetime))
+            // Past ten thousand years a date no longer round-trips; nothing lives that long.
+            expiresAt: now.addingTimeInterval(min(lifetime, Self.longestLifetime)))
         return try await database.write { db in
             try Self.deleteExpired(db, now: now)
             try record.insert(db, onConflict: .ignore)

@@ -1,0 +1,157 @@
+import Baton
+import BatonDatabase
+import Foundation
+import GRDB
+import BatonTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The database file itself: its permissions, its owner, and what is found in its place. Real
+/// `baton` processes, real SQLite files.
+@Suite("Database files", .serialized)
+struct DatabaseFileTests {
+    static func mode(_ path: String) -> mode_t? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return info.st_mode & 0o7777
+    }
+
+    @Test("the inbox database, its -wal and -shm are created 0600 under umask 022")
+    func createdPrivate() async throws {
+        let directory = try TemporaryContainer()
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let put = try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path)
+        #expect(put.status == 0, "\(put.lines) \(put.errors)")
+        // A reader that stays open keeps -wal and -shm around while they are checked.
+        let database = directory.path + "/baton-inbox.sqlite"
+        for suffix in ["", "-wal", "-shm"] {
+            let mode = Self.mode(database + suffix)
+            #expect(mode == 0o600, "baton-inbox.sqlite\(suffix) is \(String(mode ?? 0, radix: 8))")
+        }
+    }
+
+    @Test("a database writable by others is refused")
+    func writableByOthers() async throws {
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        let database = directory.path + "/baton-inbox.sqlite"
+        #expect(chmod(database, 0o666) == 0)
+        let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        #expect(get.status == 1)
+        #expect(!get.lines.contains("hello"), "a database that anyone may write was read: \(get.lines)")
+        #expect(get.errors.contains { $0.contains("writableByOthers") }, "\(get.errors)")
+    }
+
+    @Test("a database owned by another user is refused (as root)")
+    func ownedByAnotherUser() async throws {
+        guard geteuid() == 0 else { return }  // only root can hand a file to another user
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        // Another user replaced the database with one of theirs.
+        let database = directory.path + "/baton-inbox.sqlite"
+        for suffix in ["", "-wal", "-shm"] { _ = chown(database + suffix, 65534, 65534) }
+        let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        #expect(get.status == 1)
+        #expect(!get.lines.contains("hello"), "a database of another user was read: \(get.lines)")
+        #expect(get.errors.contains { $0.contains("ownedByAnotherUser") }, "\(get.errors)")
+    }
+
+    @Test("another user's files are 0600 and theirs; root refuses their container unless told to trust it")
+    func anotherUser() async throws {
+        guard geteuid() == 0, access("/usr/bin/setpriv", X_OK) == 0 else { return }  // as in CI: root, util-linux
+        let directory = try TemporaryContainer()
+        #expect(chmod(directory.path, 0o755) == 0)
+        let theirs = directory.path + "/theirs"
+        #expect(mkdir(theirs, 0o700) == 0)
+        #expect(chown(theirs, 65534, 65534) == 0)
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let child = try ChildProcess(
+            rawArguments: [Array("inbox".utf8), Array("put".utf8), Array("m1".utf8), Array("theirs".utf8)],
+            container: theirs, program: "/usr/bin/setpriv",
+            programArguments: ["--reuid=65534", "--regid=65534", "--clear-groups"])
+        let status = try await child.wait()
+        if child.errorLines.contains(where: { $0.contains("setpriv") || $0.contains("Permission denied") }) {
+            return  // the build directory is not reachable by an unprivileged user here
+        }
+        #expect(status == 0, "\(child.errorLines)")
+        for suffix in ["", "-wal", "-shm"] {
+            var info = stat()
+            #expect(stat(theirs + "/baton-inbox.sqlite" + suffix, &info) == 0)
+            #expect(info.st_mode & 0o7777 == 0o600 && info.st_uid == 65534, "baton-inbox.sqlite\(suffix)")
+        }
+        // Root does not read a container another user owns...
+        let refused = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: theirs)
+        #expect(refused.status == 1)
+        #expect(refused.errors.count == 1 && refused.errors[0].contains("ownedByAnotherUser"), "\(refused.errors)")
+        // ...unless told to trust other users.
+        let trusted = try await runBaton(["inbox", "get", "m1", "--timeout", "1", "--trust-other-users"], container: theirs)
+        #expect(trusted.status == 0, "\(trusted.errors)")
+        #expect(trusted.lines == ["theirs"])
+    }
+
+    @Test("a FIFO in place of the database is refused at once")
+    func fifoDatabase() async throws {
+        let directory = try TemporaryContainer()
+        let database = directory.path + "/baton-inbox.sqlite"
+        #expect(mkfifo(database, 0o600) == 0)
+        for arguments in [["inbox", "get", "m1", "--timeout", "1"], ["db", "check", database]] {
+            let started = Date()
+            let child = try ChildProcess(arguments, container: directory.path)
+            let status = try await child.wait(timeout: 5)
+            #expect(Date().timeIntervalSince(started) < 4, "\(arguments) waited on a FIFO")
+            #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
+            #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
+        }
+    }
+
+    @Test("database.suspend() releases every lock on the database's files; only container.suspend() releases the owner token too")
+    func suspensionScope() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        let path = directory.path + "/app.sqlite"
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
+        // Observing commits claims this process's entry in the signal table (a lock).
+        let commits = try await database.commits(table: "t")
+        var iterator = commits.makeAsyncIterator()
+        try await database.write { db in try db.execute(sql: "INSERT INTO t VALUES (1)") }
+        _ = try await iterator.next()
+        func inode(_ path: String) -> UInt64? {
+            var info = stat()
+            return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
+        }
+        let databaseFiles = Set(["", "-wal", "-shm"].compactMap { inode(path + $0) })
+        await database.suspend()
+        let held = ProcLocks.held(by: getpid(), under: directory.path)
+        #expect(held.allSatisfy { !databaseFiles.contains($0.inode) }, "a lock on the database's files after database.suspend(): \(held)")
+        // What is left is the process's owner token (.baton/owners/<token>), which owns its
+        // signal-table entry: released by the container's suspension.
+        let owners = (try? FileManager.default.contentsOfDirectory(atPath: directory.path + "/.baton/owners")) ?? []
+        let tokens = Set(owners.compactMap { inode(directory.path + "/.baton/owners/" + $0) })
+        #expect(!held.isEmpty && held.allSatisfy { tokens.contains($0.inode) }, "\(held)")
+        await container.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
+        try await container.resume()
+        try await database.resume()
+    }
+
+    @Test("a FIFO in place of the -wal file is refused at once")
+    func fifoWAL() async throws {
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["inbox", "put", "m1", "hello"], container: directory.path).status == 0)
+        let wal = directory.path + "/baton-inbox.sqlite-wal"
+        _ = unlink(wal)
+        #expect(mkfifo(wal, 0o600) == 0)
+        let started = Date()
+        let child = try ChildProcess(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
+        let status = try await child.wait(timeout: 5)
+        #expect(Date().timeIntervalSince(started) < 4)
+        #expect(status == 1, "\(child.lines) \(child.errorLines)")
+        #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(child.errorLines)")
+    }
+}
