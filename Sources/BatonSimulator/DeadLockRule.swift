@@ -115,7 +115,8 @@ public enum DeadLockRule: String, Sendable, CaseIterable, Codable {
         let bytes = header(database) ?? []
         let kind = DatabaseHeader(bytes)
         // A file SQLite would lock (its lock page, or a companion file) but with no recognised header.
-        let looksLikeSQLite = !suffix.isEmpty || lock.overlaps(pendingByte, sharedFirst + sharedSize - 1)
+        let withinLockPage = lock.kind != "FLOCK" && lock.start >= pendingByte && (lock.end ?? .max) < sharedFirst + sharedSize
+        let looksLikeSQLite = !suffix.isEmpty || withinLockPage
         switch kind {
         case .unrecognised where looksLikeSQLite && !bytes.isEmpty:
             return Violation(lock: lock, clause: .rollbackOrUnrecognised, reason: "\(database)'s header is not \"SQLite format 3\\0\" (encrypted?), so the system does not recognise it as a database")

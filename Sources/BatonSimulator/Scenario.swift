@@ -43,6 +43,20 @@ public struct Scenario: Sendable, Hashable, Codable {
 
     public init() {}
 
+    public init(from decoder: any Decoder) throws {
+        let values = try decoder.container(keyedBy: CodingKeys.self)
+        seconds = try values.decodeIfPresent(Double.self, forKey: .seconds) ?? 10
+        seed = try values.decodeIfPresent(UInt64.self, forKey: .seed) ?? 1
+        rule = try values.decodeIfPresent(DeadLockRule.self, forKey: .rule) ?? .apple
+        app = try values.decodeIfPresent(Simulator.Program.self, forKey: .app)
+        self.extension = try values.decodeIfPresent(Simulator.Program.self, forKey: .extension)
+        limits = try values.decodeIfPresent(Limits.self, forKey: .limits) ?? Limits()
+        pushes = try values.decodeIfPresent([Push].self, forKey: .pushes) ?? []
+        actions = try values.decodeIfPresent([Action].self, forKey: .actions) ?? []
+        chaos = try values.decodeIfPresent(Chaos.self, forKey: .chaos)
+        expectEveryPushShown = try values.decodeIfPresent(Bool.self, forKey: .expectEveryPushShown) ?? true
+    }
+
     /// The system's limits and timings.
     public struct Limits: Sendable, Hashable, Codable {
         /// An extension instance running longer is killed (iOS: 30 s); `time-will-expire` comes 3 s before.
@@ -55,10 +69,22 @@ public struct Scenario: Sendable, Hashable, Codable {
         public var suspensionGraceMs: Int = 5000
         /// The time the app runs in the background before the system suspends it, in seconds.
         public var backgroundSeconds: Double = 5
-        /// An idle extension process is told `will-terminate` after this many seconds.
+        /// An idle extension process is suspended (checked against the rule), then told
+        /// `will-terminate`, after this many seconds.
         public var extensionIdleSeconds: Double = 3
 
         public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let values = try decoder.container(keyedBy: CodingKeys.self)
+            let defaults = Limits()
+            extensionSeconds = try values.decodeIfPresent(Double.self, forKey: .extensionSeconds) ?? defaults.extensionSeconds
+            extensionMemoryMib = try values.decodeIfPresent(Int.self, forKey: .extensionMemoryMib) ?? defaults.extensionMemoryMib
+            memoryMeasure = try values.decodeIfPresent(String.self, forKey: .memoryMeasure) ?? defaults.memoryMeasure
+            suspensionGraceMs = try values.decodeIfPresent(Int.self, forKey: .suspensionGraceMs) ?? defaults.suspensionGraceMs
+            backgroundSeconds = try values.decodeIfPresent(Double.self, forKey: .backgroundSeconds) ?? defaults.backgroundSeconds
+            extensionIdleSeconds = try values.decodeIfPresent(Double.self, forKey: .extensionIdleSeconds) ?? defaults.extensionIdleSeconds
+        }
     }
 
     /// One push notification.

@@ -26,6 +26,7 @@ public struct ScenarioRun: Sendable {
         configuration.extensionMemoryLimit = UInt64(scenario.limits.extensionMemoryMib) << 20
         configuration.memoryMeasure = Simulator.MemoryMeasure(rawValue: scenario.limits.memoryMeasure) ?? .dirty
         configuration.suspensionGrace = .milliseconds(scenario.limits.suspensionGraceMs)
+        configuration.suspendsIdleExtensions = true
         configuration.extensionIdleLifetime = .milliseconds(Int(scenario.limits.extensionIdleSeconds * 1000))
         return configuration
     }

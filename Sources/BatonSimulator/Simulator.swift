@@ -58,6 +58,9 @@ public final class Simulator: Sendable {
         public var appProgram: Program?
         /// The program run as the notification service extension; nil for Baton's own (`baton sim-extension`).
         public var extensionProgram: Program?
+        /// Whether an idle extension process is suspended (and checked against the rule) before
+        /// it is told to terminate, rather than told at once.
+        public var suspendsIdleExtensions = false
         /// How long before the time limit an extension is told `time-will-expire`.
         public var expiryWarning: Duration = .seconds(3)
 
@@ -79,6 +82,15 @@ public final class Simulator: Sendable {
         public init(command: [String], environment: [String: String] = [:]) {
             self.command = command
             self.environment = environment
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let values = try decoder.container(keyedBy: CodingKeys.self)
+            command = try values.decode([String].self, forKey: .command)
+            environment = try values.decodeIfPresent([String: String].self, forKey: .environment) ?? [:]
+            guard !command.isEmpty else {
+                throw DecodingError.dataCorruptedError(forKey: .command, in: values, debugDescription: "a program's command needs at least the executable")
+            }
         }
     }
 
@@ -489,13 +501,27 @@ public final class Simulator: Sendable {
 
     /// Enforces the extension limits and ends idle extension processes until cancelled.
     public func run() async {
-        while !Task.isCancelled {
-            watch()
-            try? await Task.sleep(for: configuration.watchInterval)
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                for process in watch() {
+                    group.addTask { await self.retire(process) }
+                }
+                try? await Task.sleep(for: configuration.watchInterval)
+            }
         }
     }
 
-    private func watch() {
+    /// Ends an idle extension process as iOS does: suspended first (and checked against the
+    /// 0xDEAD10CC rule), then told to terminate.
+    private func retire(_ process: SimulatedProcess) async {
+        guard !(await suspend(process)), process.isRunning else { return }
+        resume(process)
+        process.send(ChildCommand(.exit))
+    }
+
+    /// Checks the limits; returns the idle extension processes to suspend before they end.
+    private func watch() -> [SimulatedProcess] {
+        var retiring: [SimulatedProcess] = []
         let now = baton_monotonic_ns()
         let extensions = state.withLock { Array($0.extensions.values) }
         let timeLimit = UInt64(configuration.extensionTimeLimit.components.seconds) * 1_000_000_000
@@ -528,9 +554,14 @@ public final class Simulator: Sendable {
             if record.instances.isEmpty, !record.exiting, now > record.idleSince, now - record.idleSince > idleLimit,
                !state.withLock({ $0.stalled.contains(process.pid) }) {
                 state.withLock { $0.extensions[process.pid]?.exiting = true }
-                process.send(ChildCommand(.exit))
+                if configuration.suspendsIdleExtensions {
+                    retiring.append(process)
+                } else {
+                    process.send(ChildCommand(.exit))
+                }
             }
         }
+        return retiring
     }
 
     private func kill(_ process: SimulatedProcess, reason: String, detail: String) {
