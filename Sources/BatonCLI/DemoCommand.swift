@@ -70,11 +70,8 @@ struct DemoCommand: AsyncParsableCommand {
         if json {
             emit(try jsonLine(object(report)))
         } else {
-            emit("")
-            for (name, value) in summary(report) { emit("  \(name.padding(26))\(value)") }
-            if !report.faultSchedule.isEmpty { emit("  fault schedule: \(report.faultSchedule.joined(separator: "; "))") }
-            if let timeline { emit("  timeline: \(timeline)") }
-            emit(report.failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + report.failures.joined(separator: "\n  "))
+            let schedule = report.faultSchedule.isEmpty ? [] : ["fault schedule: \(report.faultSchedule.joined(separator: "; "))"]
+            emitTextReport(summary(report), extra: schedule, timeline: timeline, failures: report.failures)
         }
         if !report.failures.isEmpty { throw ExitCode(1) }
     }

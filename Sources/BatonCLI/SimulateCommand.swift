@@ -51,14 +51,10 @@ struct SimulateCommand: AsyncParsableCommand {
         if json {
             emit(try jsonLine(object(report)))
         } else {
-            emit("")
-            for (name, value) in summary(report) { emit("  \(name.padding(26))\(value)") }
-            for kill in report.deadLockKills {
-                emit("  0xDEAD10CC: \(kill.process) (pid \(kill.pid))")
-                for violation in kill.violations { emit("    \(violation)") }
+            let kills = report.deadLockKills.flatMap { kill in
+                ["0xDEAD10CC: \(kill.process) (pid \(kill.pid))"] + kill.violations.map { "  \($0)" }
             }
-            if let timeline { emit("  timeline: \(timeline)") }
-            emit(report.failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + report.failures.joined(separator: "\n  "))
+            emitTextReport(summary(report), extra: kills, timeline: timeline, failures: report.failures)
         }
         if !report.failures.isEmpty { throw ExitCode(1) }
     }

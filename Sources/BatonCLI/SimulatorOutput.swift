@@ -22,6 +22,15 @@ func write(_ text: String, to path: String) throws {
     guard written == text.utf8.count else { throw ValidationError("cannot write \(path)") }
 }
 
+/// Prints a run's figures, extra lines, the timeline's path and the verdict, as text.
+func emitTextReport(_ summary: [(String, String)], extra: [String], timeline: String?, failures: [String]) {
+    emit("")
+    for (name, value) in summary { emit("  \(name.padding(26))\(value)") }
+    for line in extra { emit("  \(line)") }
+    if let timeline { emit("  timeline: \(timeline)") }
+    emit(failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + failures.joined(separator: "\n  "))
+}
+
 /// Writes every event of a run to `path`, one JSON object a line, times relative to its start.
 func writeEvents(_ timeline: Timeline, to path: String) throws {
     let encoder = JSONEncoder()

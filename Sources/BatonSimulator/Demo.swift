@@ -103,14 +103,7 @@ public struct Demo: Sendable {
                 }
             }
             if !plan.faults.isEmpty {
-                group.addTask {
-                    await withTaskGroup(of: Void.self) { faults in
-                        for fault in plan.faults {
-                            await at(fault.at)
-                            faults.addTask { await simulator.inject(fault) }
-                        }
-                    }
-                }
+                group.addTask { await simulator.run(plan, from: start) }
             }
             group.addTask {
                 let interval = options.seconds >= 20 ? 5.0 : 2.0

@@ -58,14 +58,7 @@ public struct ScenarioRun: Sendable {
                 }
             }
             if !plan.faults.isEmpty {
-                group.addTask {
-                    await withTaskGroup(of: Void.self) { faults in
-                        for fault in plan.faults {
-                            await at(fault.at)
-                            faults.addTask { await simulator.inject(fault) }
-                        }
-                    }
-                }
+                group.addTask { await simulator.run(plan, from: start) }
             }
             for action in scenario.timedActions {
                 await at(action.at)

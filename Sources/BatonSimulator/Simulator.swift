@@ -497,6 +497,17 @@ public final class Simulator: Sendable {
         return true
     }
 
+    /// Injects each fault of `plan` at its time after `start`, until the plan ends or the task is cancelled.
+    public func run(_ plan: FaultPlan, from start: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { faults in
+            for fault in plan.faults {
+                try? await Task.sleep(until: start + .milliseconds(Int(fault.at * 1000)), clock: .continuous)
+                if Task.isCancelled { break }
+                faults.addTask { await self.inject(fault) }
+            }
+        }
+    }
+
     // MARK: - Watching
 
     /// Enforces the extension limits and ends idle extension processes until cancelled.
