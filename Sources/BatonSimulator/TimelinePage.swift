@@ -135,9 +135,13 @@ public enum TimelinePage {
         h1 { font-size: 18px; margin: 0 0 8px; }
         table { border-collapse: collapse; margin-bottom: 8px; }
         th, td { padding: 1px 12px 1px 0; text-align: left; white-space: nowrap; } th { font-weight: 600; color: #555; }
-        .summary { display: flex; gap: 40px; align-items: flex-start; } .legend { max-width: 640px; line-height: 1.9; }
-        .legend span { display: inline-block; margin-right: 14px; }
-        .legend i { display: inline-block; width: 18px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+        .summary table { display: grid; grid-template-columns: repeat(3, auto auto); width: max-content; gap: 0 8px; }
+        .summary tbody, .summary tr { display: contents; }
+        .legend { line-height: 1.7; margin: 4px 0; display: flex; flex-wrap: wrap; gap: 2px 14px; max-width: 1300px; }
+        .legend i, .routes i { display: inline-block; width: 18px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+        .routes { display: flex; flex-wrap: wrap; gap: 2px 14px; max-width: 1300px; margin: 2px 0 6px; }
+        .routes label { cursor: pointer; user-select: none; } .routes b { font-weight: 600; color: #555; }
+        input[type=checkbox] { display: none; }
         svg { border: 1px solid #ddd; background: #fff; }
         .grid { stroke: #eee; } .tick { font-size: 10px; fill: #888; text-anchor: middle; }
         .lane { font-size: 12px; font-weight: 600; fill: #333; } .stripe { fill: #f7f7f9; }
@@ -154,7 +158,7 @@ public enum TimelinePage {
         <div class="summary"><table>\(rows)</table></div>
         <div class="legend"><span><i style="background:#e6e9ef"></i>process alive</span><span><i style="background:#fbeec1"></i>app in the foreground</span><span><i style="background:#f0a030"></i>core role held</span><span><i style="background:#2e9e5b"></i>connected to the server</span><span><i style="background:#4a78d0"></i>suspended</span><span><i style="background:#9b59b6"></i>stalled (chaos SIGSTOP)</span><br><span style="color:#d0021b">✕ killed</span><span>☠ 0xDEAD10CC kill</span><span style="color:#d08000">⚡ fault or limit</span><span>● push</span></div>
         \(toggles)
-        <div class="routes"><b>message paths</b> (server → process that stored it → process that showed it; hover a line for its message, click a route to hide or show it):\(routeLabels)</div>
+        <div class="routes"><span><b>message paths</b> (server → storer → shower; hover a line for its message, click a route to hide it):</span>\(routeLabels)</div>
         <svg xmlns="http://www.w3.org/2000/svg" width="\(f(left + width + 20))" height="\(f(height))" viewBox="0 0 \(f(left + width + 20)) \(f(height))">\(svg)</svg>
         </body></html>
         """
