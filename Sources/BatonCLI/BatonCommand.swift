@@ -22,7 +22,8 @@ struct BatonCommand: AsyncParsableCommand {
             BenchCommand.self,
             BenchWorkerCommand.self,
             KernelTestCommand.self,
-            DemoCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
+            DemoCommand.self, SimulateCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
+            SimulatorLockHolderCommand.self, SimulatorGRDBAppCommand.self,
         ]
     )
 

@@ -32,6 +32,8 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "What the memory limit counts: dirty (what iOS counts: pages the process wrote) or resident (VmRSS, which also counts the clean pages of shared libraries).")
     var memoryMeasure = "dirty"
     @Option(help: "Write every event of the run to this file, one JSON object a line.") var events: String?
+    @Option(help: "The 0xDEAD10CC rule: apple (TN2408: plain file locks, rollback-journal or unrecognised databases, WAL write transactions) or strict (any lock in the container).")
+    var rule: DeadLockRule = .apple
 
     func validate() throws {
         guard messages >= 1, messages <= 10_000 else { throw ValidationError("--messages must be 1 to 10000") }
@@ -51,48 +53,27 @@ struct DemoCommand: AsyncParsableCommand {
         options.seed = seed
         options.memoryLimit = UInt64(memoryLimit) << 20
         options.memoryMeasure = Simulator.MemoryMeasure(rawValue: memoryMeasure) ?? .dirty
+        options.rule = rule
         let json = self.json
         options.progress = { line in
             if json { FileHandleOutput.standardError(line) } else { emit(line) }
         }
         if !json {
-            emit("baton demo: \(messages) messages over \(Int(seconds)) s\(chaos ? " with chaos" : ""), seed \(seed), container \(directory)")
+            emit("baton demo: \(messages) messages over \(Int(seconds)) s\(chaos ? " with chaos" : ""), seed \(seed), \(rule.rawValue) 0xDEAD10CC rule, container \(directory)")
         }
         let (report, recorded) = try await Demo(options: options).run()
         if let timeline {
             let page = TimelinePage.render(recorded, title: "baton demo — \(report.sent) messages, seed \(seed)\(chaos ? ", chaos" : "")", summary: summary(report))
             try write(page, to: timeline)
         }
-        if let events {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            var text = ""
-            for event in recorded.events {
-                var event = event
-                event.time -= min(event.time, recorded.origin)
-                text += String(decoding: try encoder.encode(event), as: UTF8.self) + "\n"
-            }
-            try write(text, to: events)
-        }
+        if let events { try writeEvents(recorded, to: events) }
         if json {
             emit(try jsonLine(object(report)))
         } else {
-            emit("")
-            for (name, value) in summary(report) { emit("  \(name.padding(26))\(value)") }
-            if !report.faultSchedule.isEmpty { emit("  fault schedule: \(report.faultSchedule.joined(separator: "; "))") }
-            if let timeline { emit("  timeline: \(timeline)") }
-            emit(report.failures.isEmpty ? "every invariant held" : "INVARIANTS FAILED:\n  " + report.failures.joined(separator: "\n  "))
+            let schedule = report.faultSchedule.isEmpty ? [] : ["fault schedule: \(report.faultSchedule.joined(separator: "; "))"]
+            emitTextReport(summary(report), extra: schedule, timeline: timeline, failures: report.failures)
         }
         if !report.failures.isEmpty { throw ExitCode(1) }
-    }
-
-    private func write(_ text: String, to path: String) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw ValidationError("cannot write \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var text = text
-        let written = text.withUTF8 { buffer in POSIX.write(fd, buffer.baseAddress, buffer.count) }
-        guard written == text.utf8.count else { throw ValidationError("cannot write \(path)") }
     }
 
     private func summary(_ report: DemoReport) -> [(String, String)] {
@@ -101,6 +82,7 @@ struct DemoCommand: AsyncParsableCommand {
             ("lost", "\(report.lost.count)"),
             ("shown twice", "\(report.shownTwice.count)"),
             ("overlapping connections", "\(report.overlappingConnections)"),
+            ("0xDEAD10CC rule", report.rule.rawValue),
             ("0xDEAD10CC kills", "\(report.deadLockKills)"),
             ("send to shown (ms)", "p50 \(fixed(report.sendToShownMilliseconds.p50)), p99 \(fixed(report.sendToShownMilliseconds.p99))"),
             ("core handovers", "\(report.handovers)"),
@@ -124,7 +106,9 @@ struct DemoCommand: AsyncParsableCommand {
             "lost_ids": .array(report.lost.map(JSONValue.string)),
             "shown_twice": .int(report.shownTwice.count),
             "overlapping_connections": .int(report.overlappingConnections),
+            "dead10cc_rule": .string(report.rule.rawValue),
             "dead10cc_kills": .int(report.deadLockKills),
+            "dead10cc_kill_details": .array(report.deadLockKillRecords.map(deadLockKillObject)),
             "extension_peak_rss_mib": .double((report.extensionPeakResidentMiB * 100).rounded() / 100),
             "extension_peak_dirty_mib": .double((report.extensionPeakDirtyMiB * 100).rounded() / 100),
             "memory_limit": .object(["mib": .double(report.memoryLimitMiB), "measure": .string(report.memoryMeasure)]),
@@ -150,6 +134,30 @@ struct DemoCommand: AsyncParsableCommand {
             "ok": .bool(report.failures.isEmpty),
         ])
     }
+}
+
+extension DeadLockRule: ExpressibleByArgument {}
+
+/// A 0xDEAD10CC kill as JSON: the process, the rule, and each lock with its file, kind, byte range and clause.
+func deadLockKillObject(_ kill: DeadLockKill) -> JSONValue {
+    .object([
+        "process": .string(kill.process),
+        "pid": .int(Int(kill.pid)),
+        "rule": .string(kill.rule.rawValue),
+        "locks": .array(kill.violations.map { violation in
+            .object([
+                "file": .string(violation.lock.path),
+                "kind": .string(violation.lock.kind),
+                "mode": .string(violation.lock.exclusive ? "write" : "read"),
+                "start": .int(Int(violation.lock.start)),
+                "end": violation.lock.end.map { .int(Int($0)) } ?? .string("EOF"),
+                "range": .string(violation.lock.range),
+                "clause": .string(violation.clause.rawValue),
+                "clause_text": .string(violation.clause.summary),
+                "reason": .string(violation.reason),
+            ])
+        }),
+    ])
 }
 
 extension String {

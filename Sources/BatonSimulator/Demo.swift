@@ -30,6 +30,8 @@ public struct Demo: Sendable {
         /// ``Simulator/MemoryMeasure/dirty`` approximates).
         public var memoryLimit: UInt64 = 24 << 20
         public var memoryMeasure = Simulator.MemoryMeasure.dirty
+        /// The 0xDEAD10CC rule applied at each suspension.
+        public var rule = DeadLockRule.apple
         /// Called about once a second with a progress line.
         public var progress: (@Sendable (String) -> Void)?
 
@@ -43,17 +45,13 @@ public struct Demo: Sendable {
 
     public init(options: Options) { self.options = options }
 
-    /// One step of the app's scripted life.
-    enum Step: Sendable {
-        case foreground, background, suspend, terminate
-    }
-
-    /// The app's script, as fractions of the run.
-    static let script: [(at: Double, step: Step)] = [
-        (0.00, .foreground), (0.10, .background), (0.14, .suspend),
-        (0.26, .foreground), (0.36, .background), (0.40, .suspend),
-        (0.50, .foreground), (0.56, .background), (0.60, .suspend), (0.66, .terminate),
-        (0.84, .foreground),
+    /// The app's script, as fractions of the run: the user actions of a ``Scenario``, performed
+    /// by the same code as `baton simulate`'s.
+    static let script: [(at: Double, step: Scenario.Step)] = [
+        (0.00, .open), (0.10, .background), (0.14, .suspend),
+        (0.26, .open), (0.36, .background), (0.40, .suspend),
+        (0.50, .open), (0.56, .background), (0.60, .suspend), (0.66, .terminate),
+        (0.84, .open),
     ]
 
     /// The messages' send times: seeded, some alone, some in bursts (several pushes at once).
@@ -83,6 +81,7 @@ public struct Demo: Sendable {
         var configuration = Simulator.Configuration(executable: options.executable, container: options.container, serverPort: server.port)
         configuration.extensionMemoryLimit = options.memoryLimit
         configuration.memoryMeasure = options.memoryMeasure
+        configuration.rule = options.rule
         let simulator = Simulator(configuration: configuration, timeline: timeline)
         pushes.attach(simulator)
         let plan = faultPlan
@@ -104,14 +103,7 @@ public struct Demo: Sendable {
                 }
             }
             if !plan.faults.isEmpty {
-                group.addTask {
-                    await withTaskGroup(of: Void.self) { faults in
-                        for fault in plan.faults {
-                            await at(fault.at)
-                            faults.addTask { await simulator.inject(fault) }
-                        }
-                    }
-                }
+                group.addTask { await simulator.run(plan, from: start) }
             }
             group.addTask {
                 let interval = options.seconds >= 20 ? 5.0 : 2.0
@@ -128,12 +120,7 @@ public struct Demo: Sendable {
             // The app's life.
             for (fraction, step) in Self.script {
                 await at(fraction * options.seconds)
-                switch step {
-                case .foreground: try await simulator.foregroundApp()
-                case .background: simulator.backgroundApp()
-                case .suspend: await simulator.suspendApp()
-                case .terminate: await simulator.terminateApp()
-                }
+                try await Scenario.perform(step, on: simulator)
             }
             // Drain: the user keeps the app open until every message is shown, or 20 s.
             await at(options.seconds)
@@ -158,6 +145,8 @@ public struct Demo: Sendable {
         report.stored = stored.intersection(sentIDs).count
         report.overlappingConnections = server.overlappingConnections
         report.deadLockKills = simulator.deadLockKills
+        report.deadLockKillRecords = simulator.deadLockKillRecords
+        report.rule = options.rule
         report.extensionPeakResidentMiB = Double(simulator.peakExtensionResidentMemory) / 1_048_576
         report.extensionPeakDirtyMiB = Double(simulator.peakExtensionDirtyMemory) / 1_048_576
         report.memoryLimitMiB = Double(options.memoryLimit) / 1_048_576

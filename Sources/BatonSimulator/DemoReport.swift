@@ -7,6 +7,10 @@ public struct DemoReport: Sendable {
     public var shownTwice: [String] = []
     public var overlappingConnections = 0
     public var deadLockKills = 0
+    /// Each 0xDEAD10CC kill, with the file, the lock and the clause.
+    public var deadLockKillRecords: [DeadLockKill] = []
+    /// The 0xDEAD10CC rule applied.
+    public var rule = DeadLockRule.apple
     /// Peak resident memory (VmHWM) of any extension process.
     public var extensionPeakResidentMiB = 0.0
     /// Peak dirty memory (what iOS's limit counts) of any extension process.
@@ -40,7 +44,8 @@ public struct DemoReport: Sendable {
         if !lost.isEmpty { failures.append("\(lost.count) message(s) never shown: \(lost.prefix(10).joined(separator: ", "))") }
         if !shownTwice.isEmpty { failures.append("\(shownTwice.count) message(s) shown more than once: \(shownTwice.prefix(10).joined(separator: ", "))") }
         if overlappingConnections > 0 { failures.append("\(overlappingConnections) time(s) two cores were connected at once") }
-        if deadLockKills > 0 { failures.append("\(deadLockKills) process(es) killed for holding a lock while suspended (0xDEAD10CC)") }
+        if deadLockKills > 0 { failures.append("\(deadLockKills) process(es) killed for holding a lock while suspended (0xDEAD10CC, \(rule.rawValue) rule)") }
+        for kill in deadLockKillRecords { failures.append("0xDEAD10CC: \(kill.process) (pid \(kill.pid)) \(kill)") }
         if memoryLimitKills > 0 { failures.append("\(memoryLimitKills) extension process(es) killed for passing the memory limit (\(memoryMeasure) memory over \(Int(memoryLimitMiB)) MiB)") }
         if timeLimitKills > 0 { failures.append("\(timeLimitKills) extension process(es) killed for passing the time limit") }
         if stored < sent { failures.append("only \(stored) of \(sent) messages were stored") }

@@ -17,6 +17,31 @@ public enum ProcFS {
         public var inode: UInt64
         /// True for a blocked waiter (`->` in `/proc/locks`), which holds nothing.
         public var waiting: Bool
+        /// A write (exclusive) lock.
+        public var exclusive = false
+        /// The first byte locked (0 for `flock`).
+        public var start: UInt64 = 0
+        /// The last byte locked; nil for `EOF` (and for `flock`).
+        public var end: UInt64?
+
+        /// Parses one line of `/proc/locks` (or the part after `lock:` in `/proc/PID/fdinfo/FD`):
+        /// `1: POSIX  ADVISORY  WRITE 1234 08:01:5678 1073741824 1073741824`.
+        init?(line: Substring) {
+            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            let waiting = fields.count > 1 && fields[1] == "->"
+            if waiting { fields.remove(at: 1) }
+            guard fields.count >= 8, let pid = Int32(fields[4]) else { return nil }
+            let device = fields[5].split(separator: ":")
+            guard device.count == 3, let inode = UInt64(device[2]) else { return nil }
+            self.init(kind: fields[1], pid: pid, inode: inode, waiting: waiting)
+            exclusive = fields[3] == "WRITE"
+            start = UInt64(fields[6]) ?? 0
+            end = UInt64(fields[7])
+        }
+
+        init(kind: String, pid: Int32, inode: UInt64, waiting: Bool) {
+            (self.kind, self.pid, self.inode, self.waiting) = (kind, pid, inode, waiting)
+        }
     }
 
     /// Reads a whole small file (`/proc` files report size 0, so read until EOF).
@@ -72,25 +97,23 @@ public enum ProcFS {
     /// Every lock in `/proc/locks`.
     public static func locks() -> [Lock] {
         guard let text = read("/proc/locks") else { return [] }
-        return text.split(separator: "\n").compactMap { line in
-            var fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-            let waiting = fields.count > 1 && fields[1] == "->"
-            if waiting { fields.remove(at: 1) }
-            guard fields.count >= 6, let pid = Int32(fields[4]) else { return nil }
-            let device = fields[5].split(separator: ":")
-            guard device.count == 3, let inode = UInt64(device[2]) else { return nil }
-            return Lock(kind: fields[1], pid: pid, inode: inode, waiting: waiting)
-        }
+        return text.split(separator: "\n").compactMap { Lock(line: $0) }
     }
 
     /// The inodes of every file and directory under `directory` (not following links).
     public static func inodes(under directory: String) -> Set<UInt64> {
-        var result = Set<UInt64>()
+        Set(paths(under: directory).keys)
+    }
+
+    /// Every file and directory under `directory` (not following links), by inode, with its
+    /// path relative to `directory` (`""` for the directory itself).
+    public static func paths(under directory: String) -> [UInt64: String] {
+        var result: [UInt64: String] = [:]
         var pending = [directory]
         while let path = pending.popLast() {
             var info = stat()
             guard lstat(path, &info) == 0 else { continue }
-            result.insert(UInt64(info.st_ino))
+            result[UInt64(info.st_ino)] = path == directory ? "" : String(path.dropFirst(directory.count + 1))
             guard (info.st_mode & S_IFMT) == S_IFDIR, let stream = opendir(path) else { continue }
             while let entry = readdir(stream) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
@@ -129,6 +152,52 @@ public enum ProcFS {
             files.append(String(target.dropFirst(root.count + 1)))
         }
         return files.sorted()
+    }
+
+    /// The locks `pid` holds on files under `directory`, with their byte ranges: the `lock:`
+    /// lines of each descriptor's `/proc/PID/fdinfo` (which name the file, OFD locks included),
+    /// then the entries of `/proc/locks` for `pid` on an inode of the directory that no
+    /// descriptor showed.
+    public static func heldLocks(of pid: Int32, under directory: String) -> [HeldLock] {
+        let root = canonicalPath(directory)
+        var held: [HeldLock] = []
+        var seen = Set<UInt64>()
+        if let stream = opendir("/proc/\(pid)/fd") {
+            defer { closedir(stream) }
+            while let entry = readdir(stream) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)"),
+                      let target = link("/proc/\(pid)/fd/\(name)"), target.hasPrefix(root + "/") else { continue }
+                let path = String(target.dropFirst(root.count + 1))
+                for line in info.split(separator: "\n") where line.hasPrefix("lock:") {
+                    guard let lock = Lock(line: line.dropFirst(5)), !lock.waiting else { continue }
+                    seen.insert(lock.inode)
+                    held.append(HeldLock(path: path, kind: lock.kind, exclusive: lock.exclusive, start: lock.start, end: lock.end))
+                }
+            }
+        }
+        let others = locks().filter { $0.pid == pid && !$0.waiting && !seen.contains($0.inode) }
+        if !others.isEmpty {
+            let paths = paths(under: root)
+            for lock in others {
+                guard let path = paths[lock.inode] else { continue }
+                held.append(HeldLock(path: path, kind: lock.kind, exclusive: lock.exclusive, start: lock.start, end: lock.end))
+            }
+        }
+        return Array(Set(held)).sorted { ($0.path, $0.start) < ($1.path, $1.start) }
+    }
+
+    /// The first `count` bytes of a file (fewer when it is shorter); nil when it cannot be read.
+    public static func header(of path: String, count: Int = 100) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, 0) }
+        guard read >= 0 else { return nil }
+        return Array(bytes.prefix(read))
     }
 
     private static func link(_ path: String) -> String? {

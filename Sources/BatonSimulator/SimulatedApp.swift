@@ -83,7 +83,7 @@ public struct SimulatedApp: Sendable {
                     }
                 case .exit:
                     break commands
-                case .push, .allocate:
+                case .push, .allocate, .timeWillExpire:
                     break
                 }
             }

@@ -41,22 +41,29 @@ public final class SimulatedProcess: Sendable {
         onEvent: @escaping @Sendable (SimulatedProcess, SimulatorEvent) -> Void,
         onExit: @escaping @Sendable (SimulatedProcess, Int32) -> Void
     ) throws {
-        var toChild: [Int32] = [0, 0]
-        var fromChild: [Int32] = [0, 0]
-        guard pipe(&toChild) == 0 else { throw SimulatorError.system("pipe", errno) }
-        guard pipe(&fromChild) == 0 else {
-            close(toChild[0]); close(toChild[1])
-            throw SimulatorError.system("pipe", errno)
+        // One socket pair carries the lifecycle protocol both ways; the child's end becomes its
+        // descriptor 3, named by BATON_LIFECYCLE_FD. Its standard output goes to our standard
+        // error (a program's prints never mix with a JSON report), its standard input is empty.
+        var pair: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw SimulatorError.system("socketpair", errno)
         }
-        for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        // Above 3, so that dup2 onto 3 always makes a new descriptor without FD_CLOEXEC.
+        let childEnd = fcntl(pair[1], F_DUPFD_CLOEXEC, 10)
+        close(pair[1])
+        guard childEnd >= 0 else {
+            close(pair[0])
+            throw SimulatorError.system("fcntl F_DUPFD_CLOEXEC", errno)
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        posix_spawn_file_actions_adddup2(&actions, childEnd, Self.lifecycleDescriptor)
         // Descriptors created without O_CLOEXEC by other threads (server sockets, pipes of
         // other children) must not leak into the child, or a dead core's socket stays open.
-        Self.closeFrom(&actions, 3)
+        Self.closeFrom(&actions, Self.lifecycleDescriptor + 1)
         var environment: [String: String] = [:]
         var pointer = environ
         while let entry = pointer.pointee {
@@ -67,32 +74,41 @@ public final class SimulatedProcess: Sendable {
             pointer += 1
         }
         environment["BATON_DIE_WITH_PARENT"] = "1"
+        environment[Self.lifecycleVariable] = String(Self.lifecycleDescriptor)
         for (key, value) in extra { environment[key] = value }
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // A program run under the simulator starts with default signal dispositions (ours ignores SIGPIPE).
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        close(toChild[0])
-        close(fromChild[1])
+        // posix_spawnp: a program named without a path (`python3`) is looked up in PATH.
+        let result = posix_spawnp(&pid, executable, &actions, &attributes, argv, envp)
+        close(childEnd)
         guard result == 0 else {
-            close(toChild[1]); close(fromChild[0])
+            close(pair[0])
             throw SimulatorError.system("posix_spawn \(executable)", result)
         }
         self.label = label
         self.pid = pid
-        self.input = toChild[1]
-        let output = fromChild[0]
+        self.input = pair[0]
+        let output = pair[0]
         LineReader.start(fd: output, name: "sim-out-\(pid)", onLine: { [self] line in
             guard line.hasPrefix("{"), var event = try? JSONDecoder().decode(SimulatorEvent.self, from: Data(line.utf8)) else { return }
             event.process = self.label
             event.pid = self.pid
             onEvent(self, event)
         }, onEnd: { [self] in
-            close(output)
             var status: Int32 = 0
             while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
             let low = status & 0x7f
@@ -106,6 +122,11 @@ public final class SimulatedProcess: Sendable {
             onExit(self, exit)
         })
     }
+
+    /// The child's descriptor for the lifecycle protocol.
+    public static let lifecycleDescriptor: Int32 = 3
+    /// The environment variable that names it.
+    public static let lifecycleVariable = "BATON_LIFECYCLE_FD"
 
     private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
     /// `posix_spawn_file_actions_addclosefrom_np` (glibc 2.34+), looked up at run time because

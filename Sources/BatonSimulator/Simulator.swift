@@ -52,11 +52,45 @@ public final class Simulator: Sendable {
         public var watchInterval: Duration = .milliseconds(25)
         /// Extra arguments for the app process (test modes).
         public var appArguments: [String] = []
+        /// The 0xDEAD10CC rule applied at each suspension.
+        public var rule = DeadLockRule.apple
+        /// The program run as the app; nil for Baton's own (`baton sim-app`).
+        public var appProgram: Program?
+        /// The program run as the notification service extension; nil for Baton's own (`baton sim-extension`).
+        public var extensionProgram: Program?
+        /// Whether an idle extension process is suspended (and checked against the rule) before
+        /// it is told to terminate, rather than told at once.
+        public var suspendsIdleExtensions = false
+        /// How long before the time limit an extension is told `time-will-expire`.
+        public var expiryWarning: Duration = .seconds(3)
 
         public init(executable: String, container: String, serverPort: UInt16) {
             self.executable = executable
             self.container = container
             self.serverPort = serverPort
+        }
+    }
+
+    /// A program the simulator runs as the app or an extension, in any language: it follows the
+    /// lifecycle protocol on the descriptor `BATON_LIFECYCLE_FD` names.
+    public struct Program: Sendable, Hashable, Codable {
+        /// The executable (looked up in `PATH` without a slash) and its arguments.
+        public var command: [String]
+        /// Extra environment variables.
+        public var environment: [String: String]
+
+        public init(command: [String], environment: [String: String] = [:]) {
+            self.command = command
+            self.environment = environment
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let values = try decoder.container(keyedBy: CodingKeys.self)
+            command = try values.decode([String].self, forKey: .command)
+            environment = try values.decodeIfPresent([String: String].self, forKey: .environment) ?? [:]
+            guard !command.isEmpty else {
+                throw DecodingError.dataCorruptedError(forKey: .command, in: values, debugDescription: "a program's command needs at least the executable")
+            }
         }
     }
 
@@ -83,6 +117,8 @@ public final class Simulator: Sendable {
         var instances: [String: UInt64] = [:]
         var idleSince: UInt64
         var exiting = false
+        /// Instances told `time-will-expire`.
+        var warned: Set<String> = []
     }
 
     private struct State {
@@ -95,7 +131,7 @@ public final class Simulator: Sendable {
         /// Stopped by ``suspend(_:)`` (not by a chaos stall): only ``resume(_:)`` continues them.
         var suspended: Set<Int32> = []
         var coreHolder: Int32?
-        var dead10ccKills = 0
+        var dead10ccKills: [DeadLockKill] = []
         var limitKills: [String: Int] = [:]
         var peakExtensionResident: UInt64 = 0
         var peakExtensionDirty: UInt64 = 0
@@ -221,11 +257,20 @@ public final class Simulator: Sendable {
     }
 
     private func spawn(label: String, mode: String, extra: [String] = []) throws -> SimulatedProcess {
+        let program: Program? = switch mode {
+        case "sim-app": configuration.appProgram
+        case "sim-extension": configuration.extensionProgram
+        default: nil
+        }
+        let command = program?.command ?? [configuration.executable, mode, "--container", configuration.container, "--port", String(configuration.serverPort)] + extra
+        var environment = program?.environment ?? [:]
+        environment["BATON_CONTAINER"] = configuration.container
+        environment["BATON_ROLE"] = mode == "sim-extension" ? "extension" : mode == "sim-app" ? "app" : mode
         let process = try SimulatedProcess(
             label: label,
-            executable: configuration.executable,
-            arguments: [mode, "--container", configuration.container, "--port", String(configuration.serverPort)] + extra,
-            environment: [:],
+            executable: command[0],
+            arguments: Array(command.dropFirst()),
+            environment: environment,
             onEvent: { [weak self] _, event in self?.record(event) },
             onExit: { [weak self] process, status in self?.processExited(process, status: status) }
         )
@@ -304,7 +349,8 @@ public final class Simulator: Sendable {
         note(.willSuspend, process: process.label, pid: process.pid)
         let label = process.label
         let released = expect { $0.process == label && $0.kind == .releasedLocks }
-        process.send(ChildCommand(.willSuspend))
+        let grace = configuration.suspensionGrace.components
+        process.send(ChildCommand(.willSuspend, graceMilliseconds: Int(grace.seconds * 1000 + grace.attoseconds / 1_000_000_000_000_000)))
         _ = await wait(for: released, timeout: configuration.suspensionGrace)
         guard process.isRunning else { return false }
         state.withLock { _ = $0.suspended.insert(process.pid) }
@@ -313,16 +359,17 @@ public final class Simulator: Sendable {
         return enforceDeadLockRule(process)
     }
 
-    /// iOS's 0xDEAD10CC: a suspended process that holds a lock on a file of the shared
-    /// container is killed. Returns whether it was.
+    /// iOS's 0xDEAD10CC: a suspended process that holds a lock the rule forbids on a file of
+    /// the shared container is killed. Returns whether it was.
     private func enforceDeadLockRule(_ process: SimulatedProcess) -> Bool {
-        let held = ProcFS.locksHeld(by: process.pid, under: configuration.container)
-        let files = ProcFS.lockedFiles(of: process.pid, under: configuration.container)
-        guard !held.isEmpty || !files.isEmpty else { return false }
+        let container = configuration.container
+        let held = ProcFS.heldLocks(of: process.pid, under: container)
+        let violations = configuration.rule.violations(held) { ProcFS.header(of: container + "/" + $0) }
+        guard !violations.isEmpty else { return false }
         process.signal(SIGKILL)
-        state.withLock { $0.dead10ccKills += 1 }
-        let what = files.isEmpty ? held.map { "\($0.kind) on inode \($0.inode)" }.joined(separator: ", ") : files.joined(separator: ", ")
-        note(.dead10cc, process: process.label, pid: process.pid, detail: "killed: held \(max(held.count, files.count)) lock(s) in the container while suspended (\(what))")
+        let kill = DeadLockKill(process: process.label, pid: process.pid, rule: configuration.rule, violations: violations)
+        state.withLock { $0.dead10ccKills.append(kill) }
+        note(.dead10cc, process: process.label, pid: process.pid, detail: kill.description)
         return true
     }
 
@@ -359,7 +406,7 @@ public final class Simulator: Sendable {
     // MARK: - Extensions
 
     /// A push arrived: hand it to a running extension process with room, or launch one.
-    public func push(_ message: String) {
+    public func push(_ message: String, payload: String? = nil) {
         let target = state.withLock { state -> SimulatedProcess? in
             state.pushes += 1
             let candidates = state.extensions.values.filter {
@@ -369,7 +416,7 @@ public final class Simulator: Sendable {
             state.extensions[chosen.process.pid]?.instances[message] = baton_monotonic_ns()
             return chosen.process
         }
-        if let target, target.send(ChildCommand(.push, message: message)) {
+        if let target, target.send(ChildCommand(.push, message: message, payload: payload)) {
             note(.push, process: target.label, pid: target.pid, message: message)
             return
         }
@@ -385,7 +432,7 @@ public final class Simulator: Sendable {
                 state.extensions[process.pid] = record
             }
             note(.push, process: process.label, pid: process.pid, message: message)
-            process.send(ChildCommand(.push, message: message))
+            process.send(ChildCommand(.push, message: message, payload: payload))
         } catch {
             note(.error, process: "simulator", message: message, detail: "could not launch an extension: \(error)")
         }
@@ -450,17 +497,42 @@ public final class Simulator: Sendable {
         return true
     }
 
+    /// Injects each fault of `plan` at its time after `start`, until the plan ends or the task is cancelled.
+    public func run(_ plan: FaultPlan, from start: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { faults in
+            for fault in plan.faults {
+                try? await Task.sleep(until: start + .milliseconds(Int(fault.at * 1000)), clock: .continuous)
+                if Task.isCancelled { break }
+                faults.addTask { await self.inject(fault) }
+            }
+        }
+    }
+
     // MARK: - Watching
 
     /// Enforces the extension limits and ends idle extension processes until cancelled.
     public func run() async {
-        while !Task.isCancelled {
-            watch()
-            try? await Task.sleep(for: configuration.watchInterval)
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                for process in watch() {
+                    group.addTask { await self.retire(process) }
+                }
+                try? await Task.sleep(for: configuration.watchInterval)
+            }
         }
     }
 
-    private func watch() {
+    /// Ends an idle extension process as iOS does: suspended first (and checked against the
+    /// 0xDEAD10CC rule), then told to terminate.
+    private func retire(_ process: SimulatedProcess) async {
+        guard !(await suspend(process)), process.isRunning else { return }
+        resume(process)
+        process.send(ChildCommand(.exit))
+    }
+
+    /// Checks the limits; returns the idle extension processes to suspend before they end.
+    private func watch() -> [SimulatedProcess] {
+        var retiring: [SimulatedProcess] = []
         let now = baton_monotonic_ns()
         let extensions = state.withLock { Array($0.extensions.values) }
         let timeLimit = UInt64(configuration.extensionTimeLimit.components.seconds) * 1_000_000_000
@@ -484,12 +556,23 @@ public final class Simulator: Sendable {
                 kill(process, reason: "time", detail: "an instance ran longer than \(configuration.extensionTimeLimit)")
                 continue
             }
+            let warning = UInt64(configuration.expiryWarning.components.seconds) * 1_000_000_000
+            for (message, started) in record.instances where !record.warned.contains(message) && now > started && now - started + warning > timeLimit {
+                state.withLock { _ = $0.extensions[process.pid]?.warned.insert(message) }
+                note(.timeWillExpire, process: process.label, pid: process.pid, message: message)
+                process.send(ChildCommand(.timeWillExpire, message: message))
+            }
             if record.instances.isEmpty, !record.exiting, now > record.idleSince, now - record.idleSince > idleLimit,
                !state.withLock({ $0.stalled.contains(process.pid) }) {
                 state.withLock { $0.extensions[process.pid]?.exiting = true }
-                process.send(ChildCommand(.exit))
+                if configuration.suspendsIdleExtensions {
+                    retiring.append(process)
+                } else {
+                    process.send(ChildCommand(.exit))
+                }
             }
         }
+        return retiring
     }
 
     private func kill(_ process: SimulatedProcess, reason: String, detail: String) {
@@ -519,7 +602,9 @@ public final class Simulator: Sendable {
     // MARK: - Figures
 
     /// Processes killed at suspension for holding a lock in the container.
-    public var deadLockKills: Int { state.withLock { $0.dead10ccKills } }
+    public var deadLockKills: Int { state.withLock { $0.dead10ccKills.count } }
+    /// Each 0xDEAD10CC kill, with the locks that caused it.
+    public var deadLockKillRecords: [DeadLockKill] { state.withLock { $0.dead10ccKills } }
     /// Extension processes killed for passing a limit, by reason (`memory`, `time`).
     public var limitKills: [String: Int] { state.withLock { $0.limitKills } }
     /// The highest resident memory seen in any extension process (VmHWM), in bytes.

@@ -31,6 +31,41 @@ public struct SimulatorEvent: Codable, Sendable, Hashable {
         self.detail = detail
     }
 
+    private enum CodingKeys: String, CodingKey {
+        case time, process, pid, kind, message, epoch, detail
+        // The lifecycle protocol's spelling of a report: {"report":"shown","id":"m7"}.
+        case report, id
+    }
+
+    /// Decodes an event, or a program's report in the lifecycle protocol's spelling
+    /// (`{"report":"shown","id":"m7"}`): `report` for `kind`, `id` for `message`, `done` for
+    /// `instance-finished`; a missing time is now.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        var kind = try container.decodeIfPresent(Kind.self, forKey: .kind) ?? container.decode(Kind.self, forKey: .report)
+        if kind.rawValue == "done" { kind = .instanceFinished }
+        self.init(
+            kind: kind,
+            process: try container.decodeIfPresent(String.self, forKey: .process) ?? "",
+            pid: try container.decodeIfPresent(Int32.self, forKey: .pid) ?? 0,
+            message: try container.decodeIfPresent(String.self, forKey: .message) ?? container.decodeIfPresent(String.self, forKey: .id),
+            epoch: try container.decodeIfPresent(UInt64.self, forKey: .epoch),
+            detail: try container.decodeIfPresent(String.self, forKey: .detail),
+            time: try container.decodeIfPresent(UInt64.self, forKey: .time) ?? baton_monotonic_ns()
+        )
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(time, forKey: .time)
+        try container.encode(process, forKey: .process)
+        try container.encode(pid, forKey: .pid)
+        try container.encode(kind, forKey: .kind)
+        try container.encodeIfPresent(message, forKey: .message)
+        try container.encodeIfPresent(epoch, forKey: .epoch)
+        try container.encodeIfPresent(detail, forKey: .detail)
+    }
+
     /// An event kind; extensible.
     public struct Kind: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible {
         public var rawValue: String
@@ -57,6 +92,7 @@ public struct SimulatorEvent: Codable, Sendable, Hashable {
         public static let fault = Kind(rawValue: "fault")
         public static let limit = Kind(rawValue: "limit")
         public static let push = Kind(rawValue: "push")
+        public static let timeWillExpire = Kind(rawValue: "time-will-expire")
         // Reported by the children.
         public static let ready = Kind(rawValue: "ready")
         public static let releasedLocks = Kind(rawValue: "released-locks")

@@ -87,18 +87,45 @@ public enum TimelinePage {
             if event.kind == .stored && stored[id] == nil { stored[id] = event }
             if event.kind == .shown && shown[id] == nil { shown[id] = event }
         }
-        for (index, id) in sent.keys.sorted().enumerated() {
+        // Grouped by route (who stored it, who showed it): one color and one toggle per route,
+        // so that 60 messages and more stay readable; each path is drawn faint, and at full
+        // strength under the pointer, with its own tooltip.
+        func route(_ id: String) -> String {
+            guard let shower = shown[id]?.process else { return "never shown" }
+            let storer = stored[id]?.process
+            return storer == nil || storer == shower ? "shown by \(shower)" : "stored by \(storer!), shown by \(shower)"
+        }
+        let ids = sent.keys.sorted()
+        var routes: [String] = []
+        for id in ids where !routes.contains(route(id)) { routes.append(route(id)) }
+        routes.sort { ($0 == "never shown" ? 1 : 0, $0) < ($1 == "never shown" ? 1 : 0, $1) }
+        let palette = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#7f7f7f", "#393b79", "#637939", "#843c39"]
+        func color(_ route: String) -> String { route == "never shown" ? "#d0021b" : palette[(routes.firstIndex(of: route) ?? 0) % palette.count] }
+        var groups: [String: String] = [:]
+        for id in ids {
             guard let sentAt = sent[id] else { continue }
             var points = [(x(sentAt), y("server") + laneHeight / 2)]
             if let s = stored[id] { points.append((x(s.time), y(s.process) + 23)) }
             if let s = shown[id] { points.append((x(s.time), y(s.process) + 23)) }
-            let hue = (index * 47) % 360
             let path = points.map { "\(f($0.0)),\(f($0.1))" }.joined(separator: " ")
             let lostClass = shown[id] == nil ? " lost" : ""
-            let note = "\(id): sent \(f(timeline.seconds(sentAt)))s" + (stored[id].map { ", stored by \($0.process) at \(f(timeline.seconds($0.time)))s" } ?? "") + (shown[id].map { ", shown by \($0.process) at \(f(timeline.seconds($0.time)))s" } ?? ", never shown")
-            svg += "<polyline points='\(path)' class='msg\(lostClass)' style='stroke:hsl(\(hue),70%,42%)'><title>\(escape(note))</title></polyline>"
-            if let last = points.last { svg += "<circle cx='\(f(last.0))' cy='\(f(last.1))' r='2.2' style='fill:hsl(\(hue),70%,42%)'/>" }
+            let latency = shown[id].map { " (\(f(Double($0.time >= sentAt ? $0.time - sentAt : 0) / 1e6)) ms)" } ?? ""
+            let note = "\(id): sent \(f(timeline.seconds(sentAt)))s" + (stored[id].map { ", stored by \($0.process) at \(f(timeline.seconds($0.time)))s" } ?? "") + (shown[id].map { ", shown by \($0.process) at \(f(timeline.seconds($0.time)))s" } ?? ", never shown") + latency
+            var mark = "<g class='msg\(lostClass)'><title>\(escape(note))</title><polyline points='\(path)'/>"
+            if let last = points.last { mark += "<circle cx='\(f(last.0))' cy='\(f(last.1))' r='2.2'/>" }
+            groups[route(id), default: ""] += mark + "</g>"
         }
+        for (index, name) in routes.enumerated() {
+            svg += "<g class='route route\(index)' style='stroke:\(color(name));fill:\(color(name))'>\(groups[name] ?? "")</g>"
+        }
+        let counts = Dictionary(grouping: ids, by: route).mapValues(\.count)
+        let toggles = routes.indices.map { "<input type='checkbox' id='route\($0)' checked>" }.joined()
+        let routeLabels = routes.enumerated().map { index, name in
+            "<label for='route\(index)' title='show or hide these message paths'><i style='background:\(color(name))'></i>\(escape(name)) (\(counts[name] ?? 0))</label>"
+        }.joined()
+        let routeCSS = routes.indices.map {
+            "#route\($0):not(:checked) ~ svg .route\($0) { display: none; } #route\($0):not(:checked) ~ .routes label[for=route\($0)] { opacity: .35; text-decoration: line-through; }"
+        }.joined(separator: "\n")
         let rows = summary.map { "<tr><th>\(escape($0.0))</th><td>\(escape($0.1))</td></tr>" }.joined()
         return """
         <!DOCTYPE html>
@@ -108,9 +135,13 @@ public enum TimelinePage {
         h1 { font-size: 18px; margin: 0 0 8px; }
         table { border-collapse: collapse; margin-bottom: 8px; }
         th, td { padding: 1px 12px 1px 0; text-align: left; white-space: nowrap; } th { font-weight: 600; color: #555; }
-        .summary { display: flex; gap: 40px; align-items: flex-start; } .legend { max-width: 640px; line-height: 1.9; }
-        .legend span { display: inline-block; margin-right: 14px; }
-        .legend i { display: inline-block; width: 18px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+        .summary table { display: grid; grid-template-columns: repeat(3, auto auto); width: max-content; gap: 0 8px; }
+        .summary tbody, .summary tr { display: contents; }
+        .legend { line-height: 1.7; margin: 4px 0; display: flex; flex-wrap: wrap; gap: 2px 14px; max-width: 1300px; }
+        .legend i, .routes i { display: inline-block; width: 18px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+        .routes { display: flex; flex-wrap: wrap; gap: 2px 14px; max-width: 1300px; margin: 2px 0 6px; }
+        .routes label { cursor: pointer; user-select: none; } .routes b { font-weight: 600; color: #555; }
+        input[type=checkbox] { display: none; }
         svg { border: 1px solid #ddd; background: #fff; }
         .grid { stroke: #eee; } .tick { font-size: 10px; fill: #888; text-anchor: middle; }
         .lane { font-size: 12px; font-weight: 600; fill: #333; } .stripe { fill: #f7f7f9; }
@@ -119,11 +150,15 @@ public enum TimelinePage {
         .kill { fill: #d0021b; font-size: 15px; font-weight: 700; text-anchor: middle; }
         .dead { fill: #000; font-size: 16px; text-anchor: middle; } .fault { fill: #d08000; font-size: 12px; text-anchor: middle; }
         .push { fill: #555; }
-        .msg { fill: none; stroke-width: 1.1; opacity: 0.75; } .msg.lost { stroke-dasharray: 4 3; stroke-width: 2; opacity: 1; }
+        .msg polyline { fill: none; stroke-width: 1; } .msg { opacity: 0.35; } .msg:hover { opacity: 1; } .msg:hover polyline { stroke-width: 3; }
+        .msg.lost { opacity: 1; } .msg.lost polyline { stroke-dasharray: 4 3; stroke-width: 2; }
+        \(routeCSS)
         </style></head><body>
         <h1>\(escape(title))</h1>
-        <div class="summary"><table>\(rows)</table>
-        <div class="legend"><span><i style="background:#e6e9ef"></i>process alive</span><span><i style="background:#fbeec1"></i>app in the foreground</span><span><i style="background:#f0a030"></i>core role held</span><span><i style="background:#2e9e5b"></i>connected to the server</span><span><i style="background:#4a78d0"></i>suspended</span><span><i style="background:#9b59b6"></i>stalled (chaos SIGSTOP)</span><br><span style="color:#d0021b">✕ killed</span><span>☠ 0xDEAD10CC kill</span><span style="color:#d08000">⚡ fault or limit</span><span>● push</span><span>colored lines: a message from the server, to the process that stored it, to the one that showed it (dashed: never shown)</span></div></div>
+        <div class="summary"><table>\(rows)</table></div>
+        <div class="legend"><span><i style="background:#e6e9ef"></i>process alive</span><span><i style="background:#fbeec1"></i>app in the foreground</span><span><i style="background:#f0a030"></i>core role held</span><span><i style="background:#2e9e5b"></i>connected to the server</span><span><i style="background:#4a78d0"></i>suspended</span><span><i style="background:#9b59b6"></i>stalled (chaos SIGSTOP)</span><br><span style="color:#d0021b">✕ killed</span><span>☠ 0xDEAD10CC kill</span><span style="color:#d08000">⚡ fault or limit</span><span>● push</span></div>
+        \(toggles)
+        <div class="routes"><span><b>message paths</b> (server → storer → shower; hover a line for its message, click a route to hide it):</span>\(routeLabels)</div>
         <svg xmlns="http://www.w3.org/2000/svg" width="\(f(left + width + 20))" height="\(f(height))" viewBox="0 0 \(f(left + width + 20)) \(f(height))">\(svg)</svg>
         </body></html>
         """

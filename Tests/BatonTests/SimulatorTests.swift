@@ -24,10 +24,14 @@ struct SimulatorTests {
         return (result.status, object(line))
     }
 
-    @Test func seededChaosRunKeepsEveryInvariantAndReplaysItsFaults() async throws {
+    /// The same seeded chaos run under Apple's rule (the default) and the strict one: both keep
+    /// every invariant, and the fault schedule replays.
+    @Test func seededChaosRunKeepsEveryInvariantUnderBothRulesAndReplaysItsFaults() async throws {
         let arguments = ["--chaos", "--seed", "42", "--seconds", "12", "--messages", "30"]
         let first = try await Self.demo(arguments)
-        let second = try await Self.demo(arguments)
+        let second = try await Self.demo(arguments + ["--rule", "strict"])
+        #expect(first.report["dead10cc_rule"] as? String == "apple")
+        #expect(second.report["dead10cc_rule"] as? String == "strict")
         for run in [first, second] {
             let report = run.report
             #expect(run.status == 0, "invariants failed: \(report["failures"] ?? "?")")
