@@ -91,6 +91,20 @@ struct ChannelTests {
         #expect(try await runBaton(["channel", "receive", "forged", "--count", "1", "--timeout", "5"], container: directory.path).lines == ["4"])
     }
 
+    @Test("a receiver does not wait for ever on a lock holder that is stopped (SIGSTOP) but alive")
+    func stoppedLockHolderIsNotWaitedForEver() async throws {
+        let directory = try TemporaryContainer()
+        _ = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "stuck", capacity: .unbounded)
+        let holder = try ChildProcess(["channel", "test-worker", "hold-lock", "stuck"], container: directory.path)
+        try await holder.line(timeout: 30) { $0 == "locked" }
+        holder.signal(SIGSTOP)
+        defer { holder.signal(SIGKILL) }
+        let receiver = try ChildProcess(["channel", "receive", "stuck", "--timeout", "1"], container: directory.path)
+        let status = try await receiver.wait(timeout: 60)
+        #expect(status > 0 && status < 128, "exit \(status): \(receiver.errorLines)")
+        #expect(receiver.errorLines.joined().contains("busy"), "\(receiver.errorLines)")
+    }
+
     @Test("an unbounded channel grows while another process reads it, and keeps one producer's order")
     func unboundedGrowsAcrossProcesses() async throws {
         let directory = try TemporaryContainer()

@@ -36,7 +36,8 @@ final class ChannelLog: @unchecked Sendable {
     static let participantOffset = 1024
     static let maxParticipants = (headerSize - participantOffset) / 8
     static let directoryName = "channels"
-    static let lockSpins = 64
+    /// How long an operation waits for a live process that holds the channel's lock.
+    static let lockPatience: Duration = .seconds(5)
 
     private static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
     private static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
@@ -217,7 +218,11 @@ final class ChannelLog: @unchecked Sendable {
         let mutex = SharedMutex(header.advanced(by: Self.oMutex))
         let token = try owners?.enter() ?? Self.inProcessToken
         defer { owners?.leave() }
-        let acquired = mutex.lock(as: token, tokens: owners, deadline: nil, keepAlive: headerMemory)
+        // Held for microseconds by a running process; a holder that is stopped (SIGSTOP, a
+        // debugger) but alive is waited for at most `lockPatience`, never for ever.
+        guard let acquired = mutex.lock(as: token, tokens: owners, deadline: .now + Self.lockPatience, keepAlive: headerMemory) else {
+            throw BatonError(.busy, "another process held the lock of the channel \(name) for more than \(Self.lockPatience); it may be stopped (SIGSTOP) inside an operation. Retry later.")
+        }
         defer {
             let rings = pendingRings
             pendingRings = (false, false)
