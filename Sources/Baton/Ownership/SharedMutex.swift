@@ -7,7 +7,8 @@ import CBatonShims
 /// Layout (16 bytes, 8-byte aligned, all zero when free):
 /// ```
 /// 0  owner     (u64) 0 when free, else the owner's token
-/// 8  sequence  (u32) moved by every unlock and by an owner's death; waiters sleep on it
+/// 8  sequence  (u32) moved by an unlock while someone may sleep, and by an owner's death;
+///                    waiters sleep on it
 /// 12 sleepers  (u32) waiters that may be asleep (an unlock makes a wake call only then)
 /// ```
 /// Taking it is one compare-and-swap when free. A waiter spins briefly (holders keep it for
@@ -18,8 +19,8 @@ import CBatonShims
 /// is told so (``Acquired/ownerDied``) and repairs what the owner may have left half done.
 ///
 /// Critical sections must not suspend (no `await` inside) and must be bracketed by
-/// ``OwnerTokens/enter()``/``OwnerTokens/leave()`` (``withLock(_:tokens:timeout:keepAlive:_:)``
-/// does both), so that the container's suspension waits for them before it releases the token.
+/// ``OwnerTokens/enter()``/``OwnerTokens/leave()``, so that the container's suspension waits for
+/// them before it releases the token.
 package struct SharedMutex: @unchecked Sendable {
     // @unchecked: a pointer into shared memory that the caller keeps mapped; touched only with
     // atomics.
@@ -106,10 +107,15 @@ package struct SharedMutex: @unchecked Sendable {
     }
 
     /// Releases the lock held by `token` (a lock taken over meanwhile is left alone).
+    ///
+    /// Uncontended, this is one compare-and-swap and one load: `sequence` moves only when someone
+    /// may sleep. (A waiter counts itself in `sleepers` before its last look at `owner`; an
+    /// unlock that read no sleeper came before that look, which then finds the lock free.)
     package func unlock(as token: UInt64) {
         guard baton_cas64(owner, token, 0) != 0 else { return }
+        guard baton_load32(sleepers) > 0 else { return }
         baton_add32(sequence, 1)
-        if baton_load32(sleepers) > 0 { AddressWait.wakeAll(sequence) }
+        AddressWait.wakeAll(sequence)
     }
 
     /// Rings the sequence word from a death watch, keeping the memory mapped meanwhile.
