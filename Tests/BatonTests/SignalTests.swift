@@ -101,6 +101,24 @@ struct SignalTests {
         }
     }
 
+    @Test("a signal table truncated under a watcher: no crash, and posts after it reach the watcher")
+    func truncatedTableUnderAWatcher() async throws {
+        let directory = try TemporaryContainer()
+        let watcher = try ChildProcess(["signal", "watch", "cut", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        try await watcher.line(timeout: 60) { $0 == "ready" }
+        #expect(truncate(directory.path + "/.baton/signals", 0) == 0)
+        // Posts until the watcher gets one (the first may rebuild the table and move everyone).
+        var delivered = false
+        for attempt in 0..<20 where !delivered {
+            let post = try await runBaton(["signal", "post", "cut", "--state", "\(attempt + 1)"], container: directory.path)
+            #expect(post.status == 0, "post: \(post.status) \(post.errors)")
+            delivered = (try? await watcher.line(timeout: 1) { $0.hasPrefix("cut") }) != nil
+        }
+        #expect(delivered, "the watcher got no post after the truncation")
+        let status = try await watcher.wait(timeout: 30)
+        #expect(status == 0, "watcher exit \(status): \(watcher.errorLines)")
+    }
+
     @Test("a suspended process holds no lock on the signal table, and gets the posts made meanwhile after resume")
     func suspensionDropsTheEntryLock() async throws {
         let directory = try TemporaryContainer()

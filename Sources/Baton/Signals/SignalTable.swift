@@ -148,8 +148,10 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         base.storeBytes(of: UInt32(slotSize).littleEndian, toByteOffset: 16, as: UInt32.self)
         base.storeBytes(of: headerChecksum(base).littleEndian, toByteOffset: 20, as: UInt32.self)
         // Whatever table is in place now (even with a scribbled header) is retired so that every
-        // process sleeping on it wakes up and moves to the new one. The offsets are fixed.
-        if let current = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+        // process sleeping on it wakes up and moves to the new one. The offsets are fixed. A table
+        // cut short by another program is first extended again (zeros) to its full size, so that
+        // processes still mapping it neither fault nor sleep on a word nobody can retire.
+        if let current = try? MappedFile(container, relativePath: fileName, minimumSize: fileSize, create: false),
            current.size >= headerSize {
             baton_store32(word(current, 24), 1)
             wakeEveryone(current)
@@ -197,7 +199,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     private func rebuild(_ state: inout State, reason: String) throws {
         let old = state.map
         let fresh = try Self.openValidTable(container, replacing: old)
-        if !Self.sameFile(old, fresh) {
+        if !Self.sameFile(old, fresh), !Self.isTruncated(old) {
             // Retire the old mapping so other processes move on, and wake their threads.
             baton_store32(Self.word(old, 24), 1)
             Self.wakeEveryone(old)
@@ -208,7 +210,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     /// Switches to `fresh`, re-registering observed names and giving each observer one delivery.
     private func moveToTable(_ state: inout State, _ fresh: MappedFile) throws {
         let wasWaiter = state.countedAsWaiter
-        if wasWaiter { baton_sub32(Self.word(state.map, 128), 1) }
+        if wasWaiter, !Self.isTruncated(state.map) { baton_sub32(Self.word(state.map, 128), 1) }
         state.map = fresh
         state.slotCache.removeAll()
         state.entry = nil
@@ -391,9 +393,27 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     /// Moves to a new table if the current one was retired by a rebuild in another process.
+    ///
+    /// Also moves on when the table file was cut short under this process (by another program:
+    /// Baton never truncates it): touching the mapping past the file's end would fault (SIGBUS),
+    /// so a truncated table is rebuilt instead (one `fstat`, before the mapping is touched).
     private func followRetirement(_ state: inout State) throws {
+        if Self.isTruncated(state.map) {
+            // Extended again first (zeros), so that no process that still maps it faults, then
+            // rebuilt: the old table is retired and every process's thread woken to move on.
+            let size = Int((try? Sys.fstat(state.map.fd).get("checking the signal table"))?.st_size ?? 0)
+            try FileSpace.reserve(state.map.fd, from: size, to: state.map.size, path: Self.fileName)
+            try rebuild(&state, reason: "the signal table was truncated")
+            return
+        }
         guard Self.isRetired(state.map) else { return }
         try moveToTable(&state, try Self.openValidTable(container, replacing: state.map))
+    }
+
+    /// Whether the file behind `map` is shorter than the mapping (someone cut it short).
+    private static func isTruncated(_ map: MappedFile) -> Bool {
+        guard case .success(let info) = Sys.fstat(map.fd) else { return false }
+        return Int(info.st_size) < map.size
     }
 
     // MARK: SignalBackend
@@ -470,6 +490,8 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     private func unregister(_ id: UInt64) {
         state.withLock { state in
             guard let observed = state.observers.removeValue(forKey: id) else { return }
+            // A truncated table is left alone (its pages would fault); it is rebuilt on next use.
+            guard !Self.isTruncated(state.map) else { return }
             baton_sub32(slotWord(state.map, observed.slot, 32), 1)
             dropInterest(&state, slot: observed.slot)
         }
@@ -569,6 +591,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     private func scan() {
         let deliveries = state.withLock { state -> [(SignalObserver, UInt64)] in
             var deliveries: [(SignalObserver, UInt64)] = []
+            try? followRetirement(&state) // a truncated table is extended before it is read
             for (id, var observed) in state.observers {
                 guard let observer = observed.observer else {
                     baton_sub32(slotWord(state.map, observed.slot, 32), 1)
