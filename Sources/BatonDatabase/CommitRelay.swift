@@ -41,7 +41,7 @@ extension SharedDatabase {
     /// (a task group next to your other services, SwiftUI's `.task`).
     /// - Throws: A signal table error (`capacityExceeded`); returns when the task is cancelled.
     public func run() async throws {
-        var relay = try CommitRelay(database: self)
+        var relay = try await CommitRelay.start(self)
         do {
             try await relay.run()
         } catch is CancellationError {
@@ -65,13 +65,22 @@ struct CommitRelay {
     /// Whether changes were seen while suspended (the next notification is the whole database).
     var missed = false
 
-    init(database: SharedDatabase) throws {
-        self.database = database
-        self.signals = try database.container.signals
+    /// Reads the schema and the tables' signal states, then starts watching: every commit after
+    /// the states were read is either tracked (its tables' states move) or counted as untracked.
+    static func start(_ database: SharedDatabase) async throws -> CommitRelay {
+        let schema = try await database.writerAccess { db in try Self.schema(db) }
+        let signals = try database.container.signals
+        let untracked = database.writerQueue.untrackedCount
+        var states: [String: UInt64] = [:]
+        for table in schema.tables { states[table] = (try? signals.state(of: database.tableSignal(table))) ?? 0 }
         // A table watcher from here on: writers that commit after this track their tables (or
         // count their commit as untracked).
-        self.watch = try ChangeWatch(database: database, signal: database.commitSignal, table: true)
-        self.untracked = database.writerQueue.untrackedCount
+        var watch = try ChangeWatch(database: database, signal: database.commitSignal, table: true)
+        try await watch.rebaseline()
+        // This process's own writes through the pool are announced table by table too (the
+        // broadcaster is added to the writer connection while someone watches tables).
+        _ = try await database.writerAccess { db in database.trackTablesIfWatched(db) }
+        return CommitRelay(database: database, signals: signals, watch: watch, tableStates: states, schemaVersion: schema.version, untracked: untracked)
     }
 
     /// The tables whose commits the relay tells apart, and what it notifies.
@@ -81,16 +90,7 @@ struct CommitRelay {
     }
 
     mutating func run() async throws {
-        try await watch.rebaseline()
-        // Learn the schema, and have this process's own writes through the pool announced
-        // table by table too (the broadcaster is added while someone watches tables).
         let database = self.database
-        let schema = try await database.writerAccess { db in
-            _ = database.trackTablesIfWatched(db)
-            return try Self.schema(db)
-        }
-        schemaVersion = schema.version
-        tableStates = Dictionary(uniqueKeysWithValues: schema.tables.map { ($0, (try? signals.state(of: database.tableSignal($0))) ?? 0) })
         while true {
             try Task.checkCancellation()
             let change = try await watch.nextChange()

@@ -71,8 +71,8 @@ public final class SharedDatabase: Sendable {
     private let broadcastingInstalled = Atomic<Bool>(false)
     /// The container's signals, for ringing commits (resolved once: every commit rings).
     let commitSignals: Signals?
-    /// Set while suspended: refuses writes on the writer connection (its write guard) and stops
-    /// Baton's own waits.
+    /// Set while suspended: interrupts the statements of the writer connection (a progress
+    /// handler) and stops Baton's own waits.
     let interruption = InterruptionFlag()
     /// Set while suspended with ``SuspensionMode/closesConnections``: interrupts the statements of
     /// reader connections too.
@@ -105,6 +105,8 @@ public final class SharedDatabase: Sendable {
         var depth = 0
         /// Operations (reads and writes) running now.
         var active = 0
+        /// Whether this database counts in GRDB's process-wide suspension (``GRDBSuspension``).
+        var inGRDBSuspension = false
         /// Whether the current suspension has finished releasing the database.
         var closed = false
         /// Suspenders waiting for the first one to finish releasing.
@@ -128,8 +130,9 @@ public final class SharedDatabase: Sendable {
 
     deinit {
         releaseKeptTurn()
-        let (pool, token) = state.withLock { ($0.pool, $0.registration) }
+        let (pool, token, inGRDBSuspension) = state.withLock { ($0.pool, $0.registration, $0.inGRDBSuspension) }
         if let token { container.suspension.unregister(token) }
+        if inGRDBSuspension { GRDBSuspension.resume() }
         try? pool?.close()
     }
 
@@ -250,16 +253,13 @@ public final class SharedDatabase: Sendable {
         // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
-        grdb.observesSuspensionNotifications = false
+        // GRDB's suspension keeps the pool open and refuses writes (see GRDBSuspension).
+        grdb.observesSuspensionNotifications = configuration.suspensionMode == .rollsBackWrites
         let settings = configuration
         let flag = interruption, readFlag = readInterruption
         let checkpointer = checkpointer
         grdb.prepareDatabase { db in
-            if db.configuration.readonly {
-                readFlag.install(on: db)
-            } else {
-                flag.installWriteGuard(on: db)
-            }
+            (db.configuration.readonly ? readFlag : flag).install(on: db)
             if !db.configuration.readonly {
                 try SQLiteSettings.persistWAL(db)
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
@@ -575,7 +575,7 @@ public final class SharedDatabase: Sendable {
     /// ``resume()`` opens a new one). Writes through it are safe: while a Baton writer of any
     /// process has the writer queue, a write that finds SQLite's lock taken waits in the queue
     /// (woken when the turn is handed on) instead of failing with "database is locked" or
-    /// sleeping; while the database is suspended they fail with `SQLITE_INTERRUPT` (reads go on).
+    /// sleeping; while the database is suspended they fail with `SQLITE_ABORT` (reads go on).
     /// Other processes' commits reach its observations while ``run()`` runs.
     public var pool: DatabasePool {
         state.withLock { $0.pool! }
@@ -621,21 +621,23 @@ public final class SharedDatabase: Sendable {
     }
 
     /// Interrupts the running write, rolls back open write transactions, leaves the writer
-    /// queue, and makes new writes fail: ``write(_:)`` and ``read(_:)`` with `suspended`, writes
-    /// through ``pool`` with `SQLITE_INTERRUPT`.
+    /// queue, and refuses new writes until ``resume()``: ``write(_:)`` and ``read(_:)`` throw
+    /// `suspended`; writes through ``pool`` throw GRDB's `SQLITE_ABORT` ("Database is
+    /// suspended"), while reads through it go on.
     ///
     /// Returns once this process holds no write lock on the database (no RESERVED, PENDING or
     /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A closure already
-    /// running is interrupted: its write statements fail with `SQLITE_INTERRUPT` (`sqlite3_interrupt`
-    /// for the one running, a write guard for the ones that start later), which rolls its
-    /// transaction back; `suspend()` waits until it has returned, and for a write running on
-    /// ``pool`` to return.
+    /// running is interrupted: its statements fail with `SQLITE_INTERRUPT` or `SQLITE_ABORT`, and
+    /// its transaction is rolled back; `suspend()` waits until it has returned, and for a write
+    /// running on ``pool`` to return.
     ///
-    /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open: idle WAL reader
-    /// connections keep their shared lock on the `-shm` file, which Apple's rule allows (TN2408:
-    /// a WAL database is a problem only with a write transaction open), and observations of
-    /// ``pool`` keep running. With ``SuspensionMode/closesConnections`` every connection is
-    /// interrupted and closed, so the process holds no lock on the database's files at all.
+    /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open and is suspended
+    /// GRDB's way (`Database.suspendNotification`, which GRDB applies to every database of the
+    /// process opened with `observesSuspensionNotifications`): idle WAL reader connections keep
+    /// their shared lock on the `-shm` file, which Apple's rule allows (TN2408: a WAL database is
+    /// a problem only with a write transaction open), and observations of ``pool`` keep running.
+    /// With ``SuspensionMode/closesConnections`` every statement is interrupted and every
+    /// connection closed, so the process holds no lock on the database's files at all.
     ///
     /// Calls nest: each needs a ``resume()``. The container's suspension
     /// (``SharedContainer/suspend()``) suspends the database too.
@@ -662,8 +664,17 @@ public final class SharedDatabase: Sendable {
         releaseKeptTurn()
         writerQueue.interruptWaiters()
         let pool = state.withLock { $0.pool }
-        // Statements that run now are interrupted; the flags stop the ones that start later.
-        if closes { pool?.interrupt() } else { interruption.interruptGuardedConnections() }
+        if closes {
+            // Statements that run now are interrupted; the flags stop the ones that start later.
+            pool?.interrupt()
+        } else if !isReadOnly {
+            // GRDB interrupts the writer's running statement and refuses the writes that follow.
+            let join = state.withLock { state -> Bool in
+                defer { state.inGRDBSuspension = true }
+                return !state.inGRDBSuspension
+            }
+            if join { GRDBSuspension.suspend() }
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let drained = state.withLock { state -> Bool in
                 if state.active == 0 { return true }
@@ -683,7 +694,6 @@ public final class SharedDatabase: Sendable {
             if state.depth > 0 {
                 if closes, let pool, state.pool === pool {
                     try? pool.close()
-                    interruption.forgetGuardedConnections()
                     state.poolClosed = true
                 }
                 state.closed = true
@@ -707,6 +717,11 @@ public final class SharedDatabase: Sendable {
         guard reopen, !container.suspension.isExpired else { return }
         interruption.set(false)
         readInterruption.set(false)
+        let leave = state.withLock { state -> Bool in
+            defer { state.inGRDBSuspension = false }
+            return state.inGRDBSuspension
+        }
+        if leave { GRDBSuspension.resume() }
         try state.withLock { state in
             state.closed = false
             if state.poolClosed, state.depth == 0 {
