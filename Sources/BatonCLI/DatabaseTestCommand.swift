@@ -19,6 +19,16 @@ struct DatabaseTestCommand: AsyncParsableCommand {
         case hold
         /// Print `count N` for every fresh value of the number of rows.
         case observe
+        /// Insert --count rows into `creation_log` (another table than `item`), one transaction
+        /// each, through `SharedDatabase.write`; print `done N`.
+        case log
+        /// Insert --count rows as writer --writer through the plain GRDB pool
+        /// (`SharedDatabase.pool.write`, no writer queue); print `done N` with the monotonic
+        /// time in ns, or `error ...`.
+        case poolWrite = "pool-write"
+        /// Open a plain connection (no Baton, no busy timeout) and try `BEGIN IMMEDIATE`; print
+        /// `free` or `locked` (whether another connection holds the write lock).
+        case tryLock = "try-lock"
     }
 
     @OptionGroup var options: ContainerOptions
@@ -32,6 +42,21 @@ struct DatabaseTestCommand: AsyncParsableCommand {
     @Option(help: "Configuration.walRestartSize, in bytes.", transform: ArgumentCheck.count) var walRestartSize: Int?
 
     func run() async throws {
+        if mode == .tryLock {
+            var configuration = GRDB.Configuration()
+            configuration.busyMode = .immediateError
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
+            do {
+                try await queue.writeWithoutTransaction { db in
+                    try db.execute(sql: "BEGIN IMMEDIATE")
+                    try db.execute(sql: "ROLLBACK")
+                }
+                emit("free")
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+                emit("locked")
+            }
+            return
+        }
         let container = try options.open()
         var configuration = SharedDatabase.Configuration()
         if let checkpointPages { configuration.checkpointPages = checkpointPages }
@@ -67,6 +92,29 @@ struct DatabaseTestCommand: AsyncParsableCommand {
                 emit("in-transaction")
                 while true { sleep(60) }
             }
+        case .log:
+            for _ in 0..<count {
+                try await database.write { db in
+                    try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
+                }
+            }
+            emit("done \(count)")
+        case .poolWrite:
+            let writer = self.writer
+            emit("ready")
+            do {
+                for seq in 0..<count {
+                    try await database.pool.write { db in
+                        try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (?, ?)", arguments: [writer, seq])
+                    }
+                }
+            } catch {
+                emit("error \(error)")
+                throw ExitCode(1)
+            }
+            emit("done \(count) \(monotonicNanoseconds())")
+        case .tryLock:
+            break
         case .observe:
             for try await value in database.observe({ db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }) {
                 emit("count \(value)")

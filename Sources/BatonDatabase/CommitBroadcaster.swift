@@ -1,5 +1,6 @@
 import Baton
 import GRDB
+import Synchronization
 
 /// Rings the database's signals after every commit of this process's writer that wrote to
 /// tables: the database's commit signal, and one signal per table written (see
@@ -71,6 +72,7 @@ extension SharedDatabase {
 
     func announceCommit(tableSignals: [String]) {
         let sequence = writerQueue.bumpSequence()
+        localSequence.store(sequence, ordering: .relaxed)
         // A signal is a doorbell: the data is committed already, and observers also poll
         // `data_version`, so a failed post (a full signal table) delays a refresh, loses nothing.
         guard let signals = commitSignals ?? (try? container.signals) else { return }

@@ -35,10 +35,35 @@ extension SharedDatabase {
         /// what this process reads. A container opened with
         /// ``SharedContainer/Options/trustsOtherUsers`` implies it.
         public var trustsOtherUsers = false
+        /// What ``SharedDatabase/suspend()`` releases. Default
+        /// ``SharedDatabase/SuspensionMode/rollsBackWrites``: the pool stays open.
+        public var suspensionMode: SuspensionMode = .rollsBackWrites
         /// Runs on every new connection, after Baton's own settings (for `PRAGMA`s, functions).
         public var prepareDatabase: (@Sendable (Database) throws -> Void)?
 
         /// The defaults.
         public init() {}
+    }
+}
+
+extension SharedDatabase {
+    /// What a suspension of a shared database releases (see ``SharedDatabase/suspend()``).
+    public struct SuspensionMode: Sendable, Hashable, CustomStringConvertible {
+        private let name: String
+
+        /// Interrupts and rolls back writes and refuses new ones until resume; the connections
+        /// stay open, so ``SharedDatabase/pool`` stays the same object and its observations keep
+        /// running. Idle WAL reader connections keep their shared lock on the `-shm` file, which
+        /// Apple's rule for suspended processes allows (TN2408: a process using a WAL database is
+        /// killed only if it holds a write transaction open when suspended). The default.
+        public static let rollsBackWrites = SuspensionMode(name: "rollsBackWrites")
+
+        /// Interrupts every statement and closes every connection: the process holds no lock on
+        /// the database's files at all while suspended (the strictest reading of Apple's rule).
+        /// ``SharedDatabase/resume()`` opens a new pool, so ``SharedDatabase/pool`` changes and
+        /// observations of the old pool end with an error.
+        public static let closesConnections = SuspensionMode(name: "closesConnections")
+
+        public var description: String { name }
     }
 }

@@ -27,12 +27,17 @@ import Synchronization
 /// - every commit that changes rows rings a signal, so ``observe(_:)`` and ``commits(table:)`` in
 ///   other processes see it at once; writes by programs that do not use Baton are noticed
 ///   through `PRAGMA data_version`;
-/// - ``suspend()`` interrupts what runs, rolls back, and closes every connection, so the process
-///   holds no SQLite lock while suspended (iOS kills a suspended process that does: 0xDEAD10CC);
+/// - ``suspend()`` interrupts the write that runs, rolls it back and refuses new writes, so the
+///   process holds no write lock while suspended (iOS kills a suspended process that holds one
+///   on a WAL database: 0xDEAD10CC); with ``SuspensionMode/closesConnections`` it closes every
+///   connection too;
 /// - ``write(fencedBy:_:)`` refuses a write made under a stale lease.
 ///
-/// The wrapper owns its `DatabasePool`: it closes it on suspension and opens a new one on
-/// resume, so never keep the `Database` passed to a closure beyond the closure.
+/// Your own GRDB code uses ``pool``: the same `DatabasePool` for the life of the shared
+/// database (unless it was opened with ``SuspensionMode/closesConnections``). Run ``run()`` in a
+/// task to feed other processes' commits into its `ValueObservation`s and
+/// `DatabaseRegionObservation`s. Never keep the `Database` passed to a closure beyond the
+/// closure.
 public final class SharedDatabase: Sendable {
     /// The database file's absolute path.
     public let path: String
@@ -66,10 +71,19 @@ public final class SharedDatabase: Sendable {
     private let broadcastingInstalled = Atomic<Bool>(false)
     /// The container's signals, for ringing commits (resolved once: every commit rings).
     let commitSignals: Signals?
+    /// Set while suspended: interrupts the statements of the writer connection (a progress
+    /// handler) and stops Baton's own waits.
     let interruption = InterruptionFlag()
+    /// Set while suspended with ``SuspensionMode/closesConnections``: interrupts the statements of
+    /// reader connections too.
+    let readInterruption = InterruptionFlag()
+    /// Set while a write of this process holds its turn in the writer queue (see ``BusyWait``).
+    let holdingTurn = InterruptionFlag()
+    /// The commit sequence number of this process's last announced commit (see ``run()``).
+    let localSequence = Atomic<UInt64>(0)
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
-    private let writerAccesses = Atomic<Int>(0)
+    let writerAccesses = Atomic<Int>(0)
     /// Commits of this process while its WAL is past the size bound (a `RESTART` is tried every
     /// 32nd).
     private let localCommits = Atomic<Int>(0)
@@ -83,15 +97,22 @@ public final class SharedDatabase: Sendable {
     private let state = Mutex(State())
 
     private struct State {
+        /// Set by `open`; replaced only after a suspension that closed it.
         var pool: DatabasePool?
+        /// Whether `pool` was closed by a suspension (``SuspensionMode/closesConnections``).
+        var poolClosed = false
         /// Nested suspensions (ours and the container's).
         var depth = 0
         /// Operations (reads and writes) running now.
         var active = 0
-        /// Whether the pool was closed by the current suspension.
+        /// Whether this database counts in GRDB's process-wide suspension (``GRDBSuspension``).
+        var inGRDBSuspension = false
+        /// Whether the current suspension has finished releasing the database.
         var closed = false
-        /// Suspenders waiting for the first one to finish closing.
+        /// Suspenders waiting for the first one to finish releasing.
         var suspenders: [CheckedContinuation<Void, Never>] = []
+        /// The first suspender, waiting for the running operations to return.
+        var drainers: [CheckedContinuation<Void, Never>] = []
         var registration: SuspensionController.RegistrationToken?
     }
 
@@ -109,8 +130,9 @@ public final class SharedDatabase: Sendable {
 
     deinit {
         releaseKeptTurn()
-        let (pool, token) = state.withLock { ($0.pool, $0.registration) }
+        let (pool, token, inGRDBSuspension) = state.withLock { ($0.pool, $0.registration, $0.inGRDBSuspension) }
         if let token { container.suspension.unregister(token) }
+        if inGRDBSuspension { GRDBSuspension.resume() }
         try? pool?.close()
     }
 
@@ -228,17 +250,21 @@ public final class SharedDatabase: Sendable {
                             trustsOtherUsers: configuration.trustsOtherUsers || container.options.trustsOtherUsers)
         var grdb = GRDB.Configuration()
         grdb.readonly = isReadOnly
-        grdb.busyMode = .callback(BusyWait(timeout: configuration.busyTimeout, interruption: interruption, tryOnce: tryOnce, checkpointing: checkpointing).shouldRetry)
+        let busyWait = BusyWait(
+            timeout: configuration.busyTimeout, interruption: interruption, tryOnce: tryOnce,
+            checkpointing: checkpointing, holdingTurn: holdingTurn, queue: writerQueue)
+        grdb.busyMode = .callback(busyWait.shouldRetry)
         // (The try-once flag also reaches readers, which in WAL mode meet a busy lock only
         // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
-        grdb.observesSuspensionNotifications = false
+        // GRDB's suspension keeps the pool open and refuses writes (see GRDBSuspension).
+        grdb.observesSuspensionNotifications = configuration.suspensionMode == .rollsBackWrites
         let settings = configuration
-        let flag = interruption
+        let flag = interruption, readFlag = readInterruption
         let checkpointer = checkpointer
         grdb.prepareDatabase { db in
-            flag.install(on: db)
+            (db.configuration.readonly ? readFlag : flag).install(on: db)
             if !db.configuration.readonly {
                 try SQLiteSettings.persistWAL(db)
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
@@ -363,6 +389,8 @@ public final class SharedDatabase: Sendable {
         _ body: (Database) throws -> Void
     ) throws -> Bool {
         defer { finishTurn(ticket, handOff: plan.handsTurnOn) }
+        holdingTurn.set(true)
+        defer { holdingTurn.set(false) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
         tryOnce.set(true)
@@ -395,7 +423,8 @@ public final class SharedDatabase: Sendable {
             try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
             if announce, sqlite3_total_changes64(db.sqliteConnection) != changesBefore {
                 // A table watcher that appeared during the transaction learns of it through
-                // the "some table" signal.
+                // the "some table" signal; a relay (``run()``) through the untracked count.
+                writerQueue.bumpUntracked()
                 announceCommit(tableSignals: writerQueue.watcherCount > 0 ? [anyTableSignal] : [])
             }
         } catch {
@@ -441,6 +470,8 @@ public final class SharedDatabase: Sendable {
             return nil
         }
         defer { finishTurn(ticket, handOff: plan.handsTurnOn) }
+        holdingTurn.set(true)
+        defer { holdingTurn.set(false) }
         if interruption.isSet { throw suspendedError("write to") }
         let tracked = trackTablesIfWatched(db)
         let started = ContinuousClock.now
@@ -462,7 +493,7 @@ public final class SharedDatabase: Sendable {
     /// Adds the commit broadcaster to the writer connection while some process watches the
     /// commits of a single table, removes it otherwise (before `BEGIN`, holding the writer
     /// queue). Returns whether it is added.
-    private func trackTablesIfWatched(_ db: Database) -> Bool {
+    func trackTablesIfWatched(_ db: Database) -> Bool {
         let wanted = writerQueue.watcherCount > 0
         if !wanted && !broadcastingInstalled.load(ordering: .relaxed) { return false }
         let change = broadcasting.withLock { broadcasting -> (add: Bool, observer: CommitBroadcaster)? in
@@ -540,6 +571,24 @@ public final class SharedDatabase: Sendable {
 
     // MARK: - Operations and suspension
 
+    /// The GRDB database pool, for your own GRDB code: `ValueObservation`,
+    /// `DatabaseRegionObservation`, records, GRDBQuery's `@Query`, anything that takes a
+    /// `DatabaseReader` or `DatabaseWriter`.
+    ///
+    /// It is the same object for the life of the shared database, across ``suspend()`` and
+    /// ``resume()`` (with ``SuspensionMode/closesConnections`` a suspension closes it and
+    /// ``resume()`` opens a new one). Writes through it are safe: while a Baton writer of any
+    /// process has the writer queue, a write that finds SQLite's lock taken waits in the queue
+    /// (woken when the turn is handed on) instead of failing with "database is locked" or
+    /// sleeping; while the database is suspended they fail with `SQLITE_ABORT` (reads go on).
+    /// Other processes' commits reach its observations while ``run()`` runs.
+    public var pool: DatabasePool {
+        state.withLock { $0.pool! }
+    }
+
+    /// ``pool``, as a GRDB `DatabaseWriter`.
+    public var writer: any DatabaseWriter { pool }
+
     private func enter(writing: Bool) throws -> DatabasePool {
         if writing && isReadOnly {
             throw BatonError(.notWritable, "\(path) was opened read-only; open it with SharedDatabase.open to write")
@@ -547,20 +596,24 @@ public final class SharedDatabase: Sendable {
         let expired = container.suspension.isExpired
         return try state.withLock { state -> DatabasePool in
             if state.depth > 0 || expired { throw suspendedError(writing ? "write to" : "read") }
-            let pool: DatabasePool
-            if let open = state.pool {
-                pool = open
-            } else {
-                pool = try makePool()
-                state.pool = pool
+            if state.pool == nil || state.poolClosed {
+                // A resume that could not open the database again.
+                state.pool = try makePool()
+                state.poolClosed = false
             }
             state.active += 1
-            return pool
+            return state.pool!
         }
     }
 
     private func leave() {
-        state.withLock { $0.active -= 1 }
+        let drainers = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.active -= 1
+            guard state.active == 0 else { return [] }
+            defer { state.drainers = [] }
+            return state.drainers
+        }
+        for drainer in drainers { drainer.resume() }
     }
 
     func suspendedError(_ doing: String) -> BatonError {
@@ -572,13 +625,26 @@ public final class SharedDatabase: Sendable {
         state.withLock { $0.depth > 0 } || container.suspension.isExpired
     }
 
-    /// Interrupts running statements, rolls back open write transactions, leaves the writer queue,
-    /// closes every connection, and makes new reads and writes fail with `suspended`.
+    /// Interrupts the running write, rolls back open write transactions, leaves the writer
+    /// queue, and refuses new writes until ``resume()``: ``write(_:)`` and ``read(_:)`` throw
+    /// `suspended`; writes through ``pool`` throw GRDB's `SQLITE_ABORT` ("Database is
+    /// suspended"), while reads through it go on.
     ///
-    /// Returns once this process holds no SQLite lock and no Baton lock on the database's files.
-    /// A closure already running is interrupted: its SQL statements fail with `SQLITE_INTERRUPT`
-    /// (`sqlite3_interrupt`, repeated, and a progress handler for long statements), which rolls
-    /// its transaction back; `suspend()` waits until it has returned. Calls nest: each needs a ``resume()``. The container's suspension
+    /// Returns once this process holds no write lock on the database (no RESERVED, PENDING or
+    /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A closure already
+    /// running is interrupted: its statements fail with `SQLITE_INTERRUPT` or `SQLITE_ABORT`, and
+    /// its transaction is rolled back; `suspend()` waits until it has returned, and for a write
+    /// running on ``pool`` to return.
+    ///
+    /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open and is suspended
+    /// GRDB's way (`Database.suspendNotification`, which GRDB applies to every database of the
+    /// process opened with `observesSuspensionNotifications`): idle WAL reader connections keep
+    /// their shared lock on the `-shm` file, which Apple's rule allows (TN2408: a WAL database is
+    /// a problem only with a write transaction open), and observations of ``pool`` keep running.
+    /// With ``SuspensionMode/closesConnections`` every statement is interrupted and every
+    /// connection closed, so the process holds no lock on the database's files at all.
+    ///
+    /// Calls nest: each needs a ``resume()``. The container's suspension
     /// (``SharedContainer/suspend()``) suspends the database too, and it alone also releases
     /// Baton's other locks in the container (the signal table's process entry, taken while
     /// commits are observed): call it, not this alone, before the process is suspended.
@@ -588,7 +654,7 @@ public final class SharedDatabase: Sendable {
             return state.depth == 1 && !state.closed
         }
         guard first else {
-            // Wait until the first suspender has closed the pool.
+            // Wait until the first suspender has released the database.
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let done = state.withLock { state -> Bool in
                     if state.closed || state.depth == 0 || state.pool == nil { return true }
@@ -599,38 +665,55 @@ public final class SharedDatabase: Sendable {
             }
             return
         }
+        let closes = configuration.suspensionMode == .closesConnections
         interruption.set(true)
+        if closes { readInterruption.set(true) }
         releaseKeptTurn()
         writerQueue.interruptWaiters()
-        // Statements are interrupted as they run (sqlite3_interrupt, and a progress handler for
-        // the ones that start later); interrupt until every operation has returned.
-        while true {
-            let (pool, active, depth) = state.withLock { ($0.pool, $0.active, $0.depth) }
-            if depth == 0 { break }  // resumed meanwhile
-            if active == 0 {
-                try? pool?.close()
-                let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                    if state.pool === pool { state.pool = nil }
-                    state.closed = true
-                    defer { state.suspenders = [] }
-                    return state.suspenders
-                }
-                for waiter in waiters { waiter.resume() }
-                return
-            }
+        let pool = state.withLock { $0.pool }
+        if closes {
+            // Statements that run now are interrupted; the flags stop the ones that start later.
             pool?.interrupt()
-            writerQueue.interruptWaiters()
-            await Self.pause()
+        } else if !isReadOnly {
+            // GRDB interrupts the writer's running statement and refuses the writes that follow.
+            let join = state.withLock { state -> Bool in
+                defer { state.inGRDBSuspension = true }
+                return !state.inGRDBSuspension
+            }
+            if join { GRDBSuspension.suspend() }
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let drained = state.withLock { state -> Bool in
+                if state.active == 0 { return true }
+                state.drainers.append(continuation)
+                return false
+            }
+            if drained { continuation.resume() }
+        }
+        if let pool, !isReadOnly {
+            // A write through the plain pool may still hold its transaction open between two
+            // statements: once it has returned, roll back whatever it left open.
+            _ = try? await pool.writeWithoutTransaction { db in
+                if db.isInsideTransaction { try db.rollback() }
+            }
         }
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            if state.depth > 0 {
+                if closes, let pool, state.pool === pool {
+                    try? pool.close()
+                    state.poolClosed = true
+                }
+                state.closed = true
+            }
             defer { state.suspenders = [] }
             return state.suspenders
         }
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Ends one ``suspend()``; the last one opens a new connection pool (reads and writes work
-    /// again). After the container was told it expires, this does nothing.
+    /// Ends one ``suspend()``; the last one lets writes run again (with
+    /// ``SuspensionMode/closesConnections``, it opens a new connection pool). After the container
+    /// was told it expires, this does nothing.
     /// - Throws: An error opening the database again (it is retried on the next read or write).
     public func resume() async throws {
         let reopen = state.withLock { state -> Bool in
@@ -640,15 +723,19 @@ public final class SharedDatabase: Sendable {
         }
         guard reopen, !container.suspension.isExpired else { return }
         interruption.set(false)
+        readInterruption.set(false)
+        let leave = state.withLock { state -> Bool in
+            defer { state.inGRDBSuspension = false }
+            return state.inGRDBSuspension
+        }
+        if leave { GRDBSuspension.resume() }
         try state.withLock { state in
             state.closed = false
-            if state.pool == nil, state.depth == 0 { state.pool = try makePool() }
+            if state.poolClosed, state.depth == 0 {
+                state.pool = try makePool()
+                state.poolClosed = false
+            }
         }
-    }
-
-    /// Sleeps a millisecond, even in a cancelled task (the drain of a suspension must finish).
-    private static func pause() async {
-        if (try? await Task.sleep(for: .milliseconds(1))) == nil { usleep(1_000) }
     }
 
     /// Forwards the container's suspension to the database (held weakly: the container keeps
@@ -674,6 +761,20 @@ public final class SharedDatabase: Sendable {
                 try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0
             }
             return DataVersion(pool: ObjectIdentifier(pool), value: value)
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    /// Runs `body` on the writer connection without a transaction, as an operation (refused
+    /// with `suspended` while suspended; a suspension waits for it).
+    func writerAccess<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let pool = try enter(writing: false)
+        defer { leave() }
+        writerAccesses.add(1, ordering: .acquiringAndReleasing)
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        do {
+            return try await pool.writeWithoutTransaction(body)
         } catch {
             throw translate(error)
         }

@@ -25,6 +25,8 @@ import CBatonShims
 ///                 processes watching the commits of single tables)
 ///   352 progress  (u64) a word kept by the user of the lock (the shared database's checkpoint
 ///                 progress)
+///   360 untracked (u64) a count kept by the user of the lock (the shared database counts the
+///                 commits whose tables were not tracked)
 /// slots (64 bytes each, ticket % slotCount)
 ///   0  owner (u64) ticket << 32 | pid; pid 0 means the ticket was abandoned (the pid is only
 ///      for messages)
@@ -62,6 +64,7 @@ package final class TicketLock: Sendable {
     static let fileSize = headerSize + slotSize * slotCount
     static let nextOffset = 64, servingOffset = 128, sequenceOffset = 256, lastPIDOffset = 264
     static let holdOffset = 320, grantedOffset = 328, activityOffset = 336, watchersOffset = 344, progressOffset = 352
+    static let untrackedOffset = 360
     static let holdActive: UInt64 = 1, holdKept: UInt64 = 2
 
     /// How long a kept turn lasts once others wait.
@@ -405,6 +408,13 @@ package final class TicketLock: Sendable {
     package func updateProgress(from expected: UInt64, to new: UInt64) -> Bool {
         baton_cas64(word64(Self.progressOffset), expected, new) != 0
     }
+
+    /// A count shared by every process, kept by the user of the lock (the shared database counts
+    /// the commits made without tracking which tables they changed). Zero in a new queue.
+    package var untrackedCount: UInt64 { baton_load64(word64(Self.untrackedOffset)) }
+
+    /// Adds one to ``untrackedCount``.
+    package func bumpUntracked() { _ = baton_add64(word64(Self.untrackedOffset), 1) }
 
     /// The shared sequence number.
     package var sequence: UInt64 { baton_load64(word64(Self.sequenceOffset)) }

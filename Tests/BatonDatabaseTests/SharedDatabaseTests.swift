@@ -22,13 +22,15 @@ func testMigrator() -> DatabaseMigrator {
 /// Starts a process that holds the database inside a write transaction, then opens it here with
 /// the given busy timeout.
 func openBehindAHolder(
-    _ path: String, in directory: TemporaryContainer, busyTimeout: Duration
+    _ path: String, in directory: TemporaryContainer, busyTimeout: Duration,
+    suspensionMode: SharedDatabase.SuspensionMode = .rollsBackWrites
 ) async throws -> (holder: ChildProcess, database: SharedDatabase) {
     let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
     try await holder.line(timeout: 30) { $0 == "in-transaction" }
     let container = try SharedContainer(path: directory.path)
     var configuration = SharedDatabase.Configuration()
     configuration.busyTimeout = busyTimeout
+    configuration.suspensionMode = suspensionMode
     let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
     return (holder, database)
 }
@@ -210,12 +212,14 @@ struct SharedDatabaseTests {
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
     }
 
-    @Test("suspend() with a long write running leaves no lock in /proc/locks; calls nest; expire wins")
+    @Test("closesConnections: suspend() with a long write running leaves no lock in /proc/locks; calls nest; expire wins")
     func suspendReleasesEveryLock() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        var configuration = SharedDatabase.Configuration()
+        configuration.suspensionMode = .closesConnections
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
         _ = try await count(database)
         #expect(!ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty, "an open WAL database holds a lock on -shm")
 
@@ -266,7 +270,7 @@ struct SharedDatabaseTests {
     func suspendWhileQueued() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let (holder, database) = try await openBehindAHolder(path, in: directory, busyTimeout: .seconds(60))
+        let (holder, database) = try await openBehindAHolder(path, in: directory, busyTimeout: .seconds(60), suspensionMode: .closesConnections)
         let queued = Task {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 1)") }
         }

@@ -6,7 +6,8 @@ import GRDBSQLite
 
 /// `baton bench database`: single-row commits per second with 1 and 4 writer processes, the
 /// longest wait of any writer, and the time from a commit in one process to a fresh value in an
-/// observer of another, beside raw SQLite through its C API (WAL, synchronous=NORMAL, busy
+/// observer of another (Baton's `observe` and a GRDB `ValueObservation` of the pool fed by
+/// `SharedDatabase.run()`), beside raw SQLite through its C API (WAL, synchronous=NORMAL, busy
 /// timeout 5 s) measured in the same run.
 enum DatabaseBench: BenchSuite {
     static let name = "database"
@@ -49,6 +50,7 @@ enum DatabaseBench: BenchSuite {
 
         let rawLatency = try await observerLatency(mode: "raw", path: rawPath, container: container, containerPath: path, shm: shm, rounds: rounds)
         let batonLatency = try await observerLatency(mode: "baton", path: batonPath, container: container, containerPath: path, shm: shm, rounds: rounds)
+        let grdbLatency = try await observerLatency(mode: "grdb", path: batonPath, container: container, containerPath: path, shm: shm, rounds: rounds)
 
         let results = [
             BenchResult(name: "commits_per_s_1_writer", value: baton1.rate, unit: "commits/s", floorName: "raw_sqlite_1_writer", floor: raw1.rate),
@@ -59,9 +61,11 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "fewest_commits_share_4_writers", value: baton4.fairness, unit: "fraction", floorName: "raw_sqlite_4_writers", floor: raw4.fairness),
             BenchResult(name: "commit_to_observer_p50_ms", value: percentile(batonLatency, 50), unit: "ms", floorName: "raw_commit_futex_wake_read_p50_ms", floor: percentile(rawLatency, 50)),
             BenchResult(name: "commit_to_observer_p99_ms", value: percentile(batonLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
+            BenchResult(name: "commit_to_value_observation_p50_ms", value: percentile(grdbLatency, 50), unit: "ms", floorName: "raw_commit_futex_wake_read_p50_ms", floor: percentile(rawLatency, 50)),
+            BenchResult(name: "commit_to_value_observation_p99_ms", value: percentile(grdbLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT; raw floor = commit, futex wake, read in the other process.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT (observer: SharedDatabase.observe; value_observation: a GRDB ValueObservation of SharedDatabase.pool, fed by SharedDatabase.run()); raw floor = commit, futex wake, read in the other process.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "ratios_by_run_1_writer_vs_raw": baton1.ratios(over: raw1),
@@ -175,7 +179,7 @@ enum DatabaseBench: BenchSuite {
         let worker = try WorkerProcess(suite: name, container: containerPath, arguments: ["\(mode)-observe", path])
         try worker.waitReady()
         var samples: [Double] = []
-        let database = mode == "baton" ? try await SharedDatabase.open(at: path, container: container, migrator: migrator) : nil
+        let database = mode != "raw" ? try await SharedDatabase.open(at: path, container: container, migrator: migrator) : nil
         let raw = mode == "raw" ? try RawSQLite(path: path) : nil
         defer { try? raw?.close() }
         let warmup = rounds / 10
@@ -247,6 +251,29 @@ enum DatabaseBench: BenchSuite {
                 guard let stamp = value, stamp != last else { continue }
                 last = stamp
                 emit("\(monotonicNanoseconds() &- UInt64(bitPattern: stamp))")
+            }
+        case "grdb-observe":
+            let database = try await SharedDatabase.open(at: databasePath, container: container, migrator: migrator)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await database.run() }
+                let values = ValueObservation
+                    .tracking { db in try Int64.fetchOne(db, sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1") }
+                    .values(in: database.pool)
+                var last: Int64?
+                var first = true
+                for try await value in values {
+                    if first {
+                        first = false
+                        last = value
+                        // (The relay reads the schema and starts watching meanwhile.)
+                        try await Task.sleep(for: .milliseconds(200))
+                        emit("ready")
+                        continue
+                    }
+                    guard let stamp = value, stamp != last else { continue }
+                    last = stamp
+                    emit("\(monotonicNanoseconds() &- UInt64(bitPattern: stamp))")
+                }
             }
         case "raw-observe":
             let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)

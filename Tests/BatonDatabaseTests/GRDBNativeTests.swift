@@ -1,0 +1,216 @@
+import Baton
+import BatonDatabase
+import Foundation
+import GRDB
+import Synchronization
+import BatonTestSupport
+import CBatonShims
+import Testing
+
+/// The user's own GRDB code on ``SharedDatabase/pool``: observations that see other processes'
+/// commits, a suspension that keeps the pool, writes through the pool that wait their turn.
+@Suite("GRDB-native shared database", .serialized)
+struct GRDBNativeTests {
+    /// Opens the test database with a short external-change poll.
+    func open(_ directory: TemporaryContainer, _ path: String) async throws -> SharedDatabase {
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.externalChangePollInterval = .milliseconds(100)
+        return try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+    }
+
+    /// Runs `sql` in the `sqlite3` shell (a program that does not use Baton); `false` when the
+    /// shell is not installed.
+    func shell(_ path: String, _ sql: String) throws -> Bool {
+        guard let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            return false
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: shell)
+        process.arguments = [path, sql]
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        return true
+    }
+
+    /// Whether a plain connection of another process can take the write lock now.
+    func writeLockIsFree(_ path: String, _ directory: TemporaryContainer) async throws -> Bool {
+        let probe = try ChildProcess(["db-test", "try-lock", path], container: directory.path)
+        #expect(try await probe.wait(timeout: 30) == 0, "probe said: \(probe.lines)")
+        return probe.lines.contains("free")
+    }
+
+    @Test("a ValueObservation of the pool sees commits by another process and by the sqlite3 shell")
+    func valueObservationSeesOtherProcesses() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let relay = Task { try await database.run() }
+        defer { relay.cancel() }
+        let observation = ValueObservation.tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }
+        let values = observation.values(in: database.pool)
+        try await within(30, "fresh values of the pool's ValueObservation") {
+            var iterator = values.makeAsyncIterator()
+            #expect(try await iterator.next() == 0)
+            let writer = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
+            #expect(try await writer.wait() == 0)
+            var seen = 0
+            while seen != 1 { seen = try #require(try await iterator.next()) }
+            if try shell(path, "INSERT INTO item(writer, seq) VALUES (6, 1);") {
+                while seen != 2 { seen = try #require(try await iterator.next()) }
+            }
+        }
+    }
+
+    @Test("a DatabaseRegionObservation of one table fires for that table's commits elsewhere, not another table's")
+    func regionObservationIsTableByTable() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let relay = Task { try await database.run() }
+        defer { relay.cancel() }
+        let changes = Atomic<Int>(0)
+        let observation = DatabaseRegionObservation(tracking: Table("item"))
+        let cancellable = try observation.start(in: database.pool, onError: { _ in }, onChange: { _ in
+            changes.add(1, ordering: .relaxed)
+        })
+        defer { cancellable.cancel() }
+        func waitForChanges(_ count: Int) async throws {
+            try await within(30, "\(count) changes of table item") {
+                while changes.load(ordering: .relaxed) < count { try await Task.sleep(for: .milliseconds(10)) }
+            }
+        }
+        // The relay runs once a commit to item is seen.
+        let first = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
+        #expect(try await first.wait() == 0)
+        try await waitForChanges(1)
+        // Three commits to another table, then one to item.
+        let log = try ChildProcess(["db-test", "log", path, "--count", "3"], container: directory.path)
+        #expect(try await log.wait() == 0, "log said: \(log.lines)")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(changes.load(ordering: .relaxed) == 1, "commits to creation_log notified an observation of item")
+        let second = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
+        #expect(try await second.wait() == 0)
+        try await waitForChanges(2)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(changes.load(ordering: .relaxed) == 2)
+    }
+
+    @Test("suspend() keeps the pool: writes refused and rolled back, no write lock, reads and observations go on")
+    func suspensionKeepsThePool() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        let relay = Task { try await database.run() }
+        defer { relay.cancel() }
+        let values = ValueObservation
+            .tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer >= 0") ?? 0 }
+            .values(in: database.pool)
+        let latest = Atomic<Int>(-1)
+        let consumer = Task {
+            for try await value in values { latest.store(value, ordering: .relaxed) }
+        }
+        defer { consumer.cancel() }
+        try await within(30, "the first value") {
+            while latest.load(ordering: .relaxed) != 0 { try await Task.sleep(for: .milliseconds(5)) }
+        }
+
+        // Third-party code writes through the pool in a long transaction (statements with pauses
+        // between them) when the suspension comes.
+        let started = Atomic<Bool>(false)
+        let longWrite = Task.detached {
+            try await pool.write { db in
+                for seq in 0..<1_000_000 {
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+                    started.store(true, ordering: .relaxed)
+                    usleep(200)
+                }
+            }
+        }
+        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(!(try await writeLockIsFree(path, directory)), "the long write holds the write lock")
+
+        await database.suspend()
+        #expect(database.pool === pool, "suspend() replaced the pool")
+        #expect(try await writeLockIsFree(path, directory), "a write lock is held while suspended")
+        let outcome = await longWrite.result
+        #expect(throws: (any Error).self) { try outcome.get() }
+        await #expect { try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
+            ($0 as? BatonError)?.code == .suspended
+        }
+        await #expect { try await pool.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
+            ($0 as? DatabaseError)?.resultCode == .SQLITE_ABORT
+        }
+        #expect(try await writeLockIsFree(path, directory), "a refused write left a write lock")
+        #expect(try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") } == 0, "reads go on; the long write was rolled back")
+
+        try await database.resume()
+        #expect(database.pool === pool, "resume() replaced the pool")
+        // The observation started before the suspension delivers commits made after it.
+        let writer = try ChildProcess(["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        try await within(30, "a value after resume") {
+            while latest.load(ordering: .relaxed) != 2 { try await Task.sleep(for: .milliseconds(5)) }
+        }
+        try await pool.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (4, 1)") }
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") } == 3)
+    }
+
+    @Test("closesConnections: suspend() closes every connection, resume() opens a new pool")
+    func strictSuspensionClosesThePool() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.suspensionMode = .closesConnections
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let pool = database.pool
+        _ = try await count(database)
+        await database.suspend()
+        #expect(ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty)
+        try await database.resume()
+        #expect(database.pool !== pool)
+        try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") }
+        #expect(try await count(database) == 1)
+    }
+
+    @Test("a write through the plain pool in another process waits for a Baton writer's turn, without 'database is locked'")
+    func plainPoolWriterWaitsForTheQueue() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        var gaps: [Double] = []
+        for round in 0..<3 {
+            let inside = Atomic<Bool>(false), release = Atomic<Bool>(false)
+            let committed = Atomic<UInt64>(0)
+            // This process holds the writer queue and SQLite's write lock until told to commit.
+            let holder = Task.detached {
+                try await database.write { db in
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [round])
+                    inside.store(true, ordering: .relaxed)
+                    while !release.load(ordering: .relaxed) { usleep(1_000) }
+                }
+                committed.store(baton_monotonic_ns(), ordering: .relaxed)
+            }
+            while !inside.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(2)) }
+            let writer = try ChildProcess(["db-test", "pool-write", path, "--count", "1", "--writer", "\(10 + round)"], container: directory.path)
+            try await writer.line(timeout: 30) { $0 == "ready" }
+            // The pool write is now blocked on SQLite's lock.
+            try await Task.sleep(for: .milliseconds(300))
+            release.store(true, ordering: .relaxed)
+            try await holder.value
+            #expect(try await writer.wait(timeout: 30) == 0, "pool writer said: \(writer.lines)")
+            #expect(!writer.lines.contains { $0.contains("locked") }, "\(writer.lines)")
+            let done = try #require(writer.lines.first { $0.hasPrefix("done 1 ") })
+            let finished = try #require(UInt64(done.split(separator: " ")[2]))
+            gaps.append(Double(Int64(bitPattern: finished &- committed.load(ordering: .relaxed))) / 1e6)
+        }
+        #expect(try await count(database) == 6)
+        // Woken when the turn is handed on, not after a sleep of up to 50 ms.
+        let median = gaps.sorted()[1]
+        #expect(median < 20, "commit to the waiting pool write: \(gaps) ms")
+    }
+}
