@@ -105,8 +105,8 @@ public final class SharedDatabase: Sendable {
         var depth = 0
         /// Operations (reads and writes) running now.
         var active = 0
-        /// Whether this database counts in GRDB's process-wide suspension (``GRDBSuspension``).
-        var inGRDBSuspension = false
+        /// Whether the writer connection was made query-only by the current suspension.
+        var writesRefused = false
         /// Whether the current suspension has finished releasing the database.
         var closed = false
         /// Suspenders waiting for the first one to finish releasing.
@@ -130,9 +130,8 @@ public final class SharedDatabase: Sendable {
 
     deinit {
         releaseKeptTurn()
-        let (pool, token, inGRDBSuspension) = state.withLock { ($0.pool, $0.registration, $0.inGRDBSuspension) }
+        let (pool, token) = state.withLock { ($0.pool, $0.registration) }
         if let token { container.suspension.unregister(token) }
-        if inGRDBSuspension { GRDBSuspension.resume() }
         try? pool?.close()
     }
 
@@ -258,7 +257,8 @@ public final class SharedDatabase: Sendable {
         // during WAL recovery; one that does in that microsecond window fails with `busy`.)
         grdb.maximumReaderCount = configuration.maximumReaderCount
         grdb.label = "BatonDatabase"
-        // GRDB's suspension keeps the pool open and refuses writes (see GRDBSuspension).
+        // Baton suspends this pool by itself (see suspend()); an app that also follows GRDB's
+        // guide and posts `Database.suspendNotification` suspends it GRDB's way as well.
         grdb.observesSuspensionNotifications = configuration.suspensionMode == .rollsBackWrites
         let settings = configuration
         let flag = interruption, readFlag = readInterruption
@@ -580,7 +580,7 @@ public final class SharedDatabase: Sendable {
     /// ``resume()`` opens a new one). Writes through it are safe: while a Baton writer of any
     /// process has the writer queue, a write that finds SQLite's lock taken waits in the queue
     /// (woken when the turn is handed on) instead of failing with "database is locked" or
-    /// sleeping; while the database is suspended they fail with `SQLITE_ABORT` (reads go on).
+    /// sleeping; while the database is suspended they fail with `SQLITE_READONLY` (reads go on).
     /// Other processes' commits reach its observations while ``run()`` runs.
     public var pool: DatabasePool {
         state.withLock { $0.pool! }
@@ -627,18 +627,19 @@ public final class SharedDatabase: Sendable {
 
     /// Interrupts the running write, rolls back open write transactions, leaves the writer
     /// queue, and refuses new writes until ``resume()``: ``write(_:)`` and ``read(_:)`` throw
-    /// `suspended`; writes through ``pool`` throw GRDB's `SQLITE_ABORT` ("Database is
-    /// suspended"), while reads through it go on.
+    /// `suspended`; writes through ``pool`` throw `SQLITE_READONLY` (the writer connection is
+    /// query-only until resume), while reads through it go on.
     ///
     /// Returns once this process holds no write lock on the database (no RESERVED, PENDING or
     /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A closure already
-    /// running is interrupted: its statements fail with `SQLITE_INTERRUPT` or `SQLITE_ABORT`, and
+    /// running is interrupted: its statements fail with `SQLITE_INTERRUPT`, and
     /// its transaction is rolled back; `suspend()` waits until it has returned, and for a write
     /// running on ``pool`` to return.
     ///
-    /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open and is suspended
-    /// GRDB's way (`Database.suspendNotification`, which GRDB applies to every database of the
-    /// process opened with `observesSuspensionNotifications`): idle WAL reader connections keep
+    /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open: its writer
+    /// connection is made query-only (`PRAGMA query_only`, which SQLite checks before a write
+    /// transaction takes any lock); this database alone is suspended, not every GRDB database of
+    /// the process as GRDB's process-wide `Database.suspendNotification` would. Idle WAL reader connections keep
     /// their shared lock on the `-shm` file, which Apple's rule allows (TN2408: a WAL database is
     /// a problem only with a write transaction open), and observations of ``pool`` keep running.
     /// With ``SuspensionMode/closesConnections`` every statement is interrupted and every
@@ -674,14 +675,9 @@ public final class SharedDatabase: Sendable {
         if closes {
             // Statements that run now are interrupted; the flags stop the ones that start later.
             pool?.interrupt()
-        } else if !isReadOnly {
-            // GRDB interrupts the writer's running statement and refuses the writes that follow.
-            let join = state.withLock { state -> Bool in
-                defer { state.inGRDBSuspension = true }
-                return !state.inGRDBSuspension
-            }
-            if join { GRDBSuspension.suspend() }
         }
+        // (Otherwise the writer connection's progress handler, which reads the flag every few
+        // steps of SQLite's virtual machine, interrupts its running statement; readers go on.)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let drained = state.withLock { state -> Bool in
                 if state.active == 0 { return true }
@@ -692,10 +688,19 @@ public final class SharedDatabase: Sendable {
         }
         if let pool, !isReadOnly {
             // A write through the plain pool may still hold its transaction open between two
-            // statements: once it has returned, roll back whatever it left open.
-            _ = try? await pool.writeWithoutTransaction { db in
+            // statements: once it has returned, roll back whatever it left open. Then the writer
+            // connection becomes query-only until resume(): SQLite refuses a statement that would
+            // start a write transaction (SQLITE_READONLY) before it takes any lock, so a write
+            // through the plain pool cannot take the write lock while the process is suspended.
+            // This suspends this database alone, not every database of the process as GRDB's
+            // own suspension (a process-wide notification) would.
+            let refused = (try? await pool.writeWithoutTransaction { db -> Bool in
                 if db.isInsideTransaction { try db.rollback() }
-            }
+                if closes { return false }
+                try db.execute(sql: "PRAGMA query_only = 1")
+                return true
+            }) ?? false
+            state.withLock { $0.writesRefused = refused }
         }
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             if state.depth > 0 {
@@ -724,11 +729,13 @@ public final class SharedDatabase: Sendable {
         guard reopen, !container.suspension.isExpired else { return }
         interruption.set(false)
         readInterruption.set(false)
-        let leave = state.withLock { state -> Bool in
-            defer { state.inGRDBSuspension = false }
-            return state.inGRDBSuspension
+        let (pool, refused) = state.withLock { state in
+            defer { state.writesRefused = false }
+            return (state.pool, state.writesRefused)
         }
-        if leave { GRDBSuspension.resume() }
+        if refused, let pool {
+            try await pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA query_only = 0") }
+        }
         try state.withLock { state in
             state.closed = false
             if state.poolClosed, state.depth == 0 {

@@ -1,3 +1,4 @@
+import BatonDatabase
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)
@@ -23,6 +24,22 @@ import Glibc
 ///
 /// ``strict`` kills for any lock on any file of the container.
 public enum DeadLockRule: String, Sendable, CaseIterable, Codable {
+    /// The environment variable through which the simulator tells the programs it runs which
+    /// rule it enforces (`apple` or `strict`), so that they can release what that rule forbids.
+    public static let environmentVariable = "BATON_DEAD10CC_RULE"
+
+    /// The rule named by ``environmentVariable`` in this process's environment, if any.
+    public static var fromEnvironment: DeadLockRule? {
+        getenv(environmentVariable).flatMap { DeadLockRule(rawValue: String(cString: $0)) }
+    }
+
+    /// How a shared database should suspend under this rule: Apple's rule allows an idle WAL
+    /// connection to stay open (only a write transaction is killed), the strict one allows no
+    /// lock at all.
+    public var databaseSuspensionMode: SharedDatabase.SuspensionMode {
+        self == .strict ? .closesConnections : .rollsBackWrites
+    }
+
     case apple
     case strict
 

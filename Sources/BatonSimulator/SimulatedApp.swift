@@ -40,7 +40,10 @@ public struct SimulatedApp: Sendable {
         let presence = try container.presence.register(kind: "app")
         defer { presence.release() }
         let role = try container.role("core")
-        let inbox = try await Inbox.open(container: container)
+        // Suspends its database as strictly as the rule the simulator enforces requires.
+        var databaseConfiguration = SharedDatabase.Configuration()
+        databaseConfiguration.suspensionMode = (DeadLockRule.fromEnvironment ?? .strict).databaseSuspensionMode
+        let inbox = try await Inbox.open(container: container, databaseConfiguration: databaseConfiguration)
         // The network core: a supervisor keeps one connection up while this process holds the
         // `core` role (main priority), reconnects at once after a drop, and on suspension
         // closes the connection before any lock of the container is released.

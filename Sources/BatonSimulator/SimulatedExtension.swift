@@ -38,7 +38,10 @@ public struct SimulatedExtension: Sendable {
     /// Runs until standard input closes or an `exit` command arrives.
     public func run() async throws {
         let role = try container.role("core")
-        let inbox = try await Inbox.open(container: container)
+        // Suspends its database as strictly as the rule the simulator enforces requires.
+        var databaseConfiguration = SharedDatabase.Configuration()
+        databaseConfiguration.suspensionMode = (DeadLockRule.fromEnvironment ?? .strict).databaseSuspensionMode
+        let inbox = try await Inbox.open(container: container, databaseConfiguration: databaseConfiguration)
         // The messages this process's executor runs stored, to show with the next notification.
         let storedHere = StoredHere()
         let source = SimulatedCoreSource(port: port, role: role, reportsRole: true) { id in

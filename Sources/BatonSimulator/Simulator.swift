@@ -266,6 +266,7 @@ public final class Simulator: Sendable {
         var environment = program?.environment ?? [:]
         environment["BATON_CONTAINER"] = configuration.container
         environment["BATON_ROLE"] = mode == "sim-extension" ? "extension" : mode == "sim-app" ? "app" : mode
+        environment[DeadLockRule.environmentVariable] = configuration.rule.rawValue
         let process = try SimulatedProcess(
             label: label,
             executable: command[0],

@@ -108,14 +108,16 @@ struct DatabaseFileTests {
         }
     }
 
-    @Test("database.suspend() releases every lock on the database's files; only container.suspend() releases the owner token too")
+    @Test("database.suspend() (closesConnections) releases every lock on the database's files; only container.suspend() releases the owner token too")
     func suspensionScope() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
         let path = directory.path + "/app.sqlite"
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
+        var configuration = SharedDatabase.Configuration()
+        configuration.suspensionMode = .closesConnections
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: migrator, configuration: configuration)
         // Observing commits claims this process's entry in the signal table (a lock).
         let commits = try await database.commits(table: "t")
         var iterator = commits.makeAsyncIterator()

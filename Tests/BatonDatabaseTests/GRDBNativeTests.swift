@@ -142,9 +142,15 @@ struct GRDBNativeTests {
             ($0 as? BatonError)?.code == .suspended
         }
         await #expect { try await pool.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
-            ($0 as? DatabaseError)?.resultCode == .SQLITE_ABORT
+            ($0 as? DatabaseError)?.resultCode == .SQLITE_READONLY
         }
         #expect(try await writeLockIsFree(path, directory), "a refused write left a write lock")
+        // Only this database is suspended: another one of the same process keeps writing.
+        let otherDirectory = try TemporaryContainer()
+        let other = try await open(otherDirectory, otherDirectory.path + "/other.sqlite")
+        try await other.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (5, 1)") }
+        try await other.pool.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (5, 2)") }
+        #expect(try await count(other) == 2)
         #expect(try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") } == 0, "reads go on; the long write was rolled back")
 
         try await database.resume()
