@@ -16,6 +16,8 @@ struct BenchResult: Encodable, Sendable {
     var floor: Double
     /// `value / floor`.
     var ratio: Double
+    /// What else ran on the machine: `idle` or `loaded` (see ``BenchCondition``).
+    var condition = BenchCondition.idle.rawValue
 
     init(name: String, value: Double, unit: String, floorName: String, floor: Double) {
         self.name = name
@@ -27,9 +29,33 @@ struct BenchResult: Encodable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case name, value, unit, floor, ratio
+        case name, value, unit, floor, ratio, condition
         case floorName = "floor_name"
     }
+}
+
+/// What else runs on the machine while a suite measures. Every suite runs under each condition
+/// asked for (both by default), and each result names its condition.
+enum BenchCondition: String, CaseIterable, Sendable {
+    /// Nothing started by the bench besides the suite's own processes.
+    case idle
+    /// One CPU-bound process per online core, started before the suite and killed after it, so
+    /// that a process that sleeps competes for a core when it wakes (as on a busy phone).
+    case loaded
+
+    /// Starts what the condition needs; the returned processes are killed when released.
+    func start(container: String) throws -> [WorkerProcess] {
+        guard self == .loaded else { return [] }
+        let cores = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        return try (0..<cores).map { _ in
+            let worker = try WorkerProcess(suite: BenchCondition.loadWorker, container: container, arguments: [])
+            try worker.waitReady()
+            return worker
+        }
+    }
+
+    /// The `bench-worker` name of a CPU-bound load process.
+    static let loadWorker = "load"
 }
 
 /// What every suite prints: `{"suite": NAME, "results": [...]}` plus run facts.
@@ -71,6 +97,8 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object.") var json = false
     @Flag(help: "Fewer iterations (for smoke tests).") var quick = false
     @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
+    @Option(help: "Conditions to measure under, comma-separated: idle, loaded (one CPU-bound process per core, started and stopped by the bench).")
+    var conditions = "idle,loaded"
 
     func run() async throws {
         guard let type = benchSuites.first(where: { $0.name == suite }) else {
@@ -82,16 +110,35 @@ struct BenchCommand: AsyncParsableCommand {
         #else
         let build = "release"
         #endif
-        let directory = try container ?? makeTemporaryDirectory(prefix: "baton-bench")
-        defer { if container == nil { removeTree(directory) } }
-        let (results, notes) = try await type.run(container: directory, quick: quick)
+        var chosen: [BenchCondition] = []
+        for word in conditions.split(separator: ",") {
+            guard let condition = BenchCondition(rawValue: String(word)) else {
+                throw ValidationError("unknown condition \(word); choose from: \(BenchCondition.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            chosen.append(condition)
+        }
+        guard !chosen.isEmpty else { throw ValidationError("--conditions names no condition") }
+        var results: [BenchResult] = []
+        var notes: [String: String] = [:]
+        for condition in chosen {
+            // A fresh container for each condition, so the second run does not reuse the first's files.
+            let directory = try container.map { $0 + "/" + condition.rawValue } ?? makeTemporaryDirectory(prefix: "baton-bench")
+            if container != nil { _ = mkdir(directory, 0o700) }
+            defer { if container == nil { removeTree(directory) } }
+            let load = try condition.start(container: directory)
+            let (measured, suiteNotes) = try await type.run(container: directory, quick: quick)
+            withExtendedLifetime(load) {}
+            results += measured.map { var result = $0; result.condition = condition.rawValue; return result }
+            notes.merge(suiteNotes) { first, _ in first }
+        }
+        notes["conditions"] = "idle: nothing else started by the bench; loaded: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPU-bound processes (one per core) running throughout"
         let report = BenchReport(suite: suite, results: results, build: build, notes: notes)
         if json {
             emit(try jsonLine(report))
         } else {
             emit("suite \(suite) (\(build) build)")
             for result in results {
-                emit("  \(result.name): \(fixed(result.value)) \(result.unit)   floor \(result.floorName): \(fixed(result.floor))   ratio \(fixed(result.ratio))")
+                emit("  [\(result.condition)] \(result.name): \(fixed(result.value)) \(result.unit)   floor \(result.floorName): \(fixed(result.floor))   ratio \(fixed(result.ratio))")
             }
             for (key, value) in notes.sorted(by: { $0.key < $1.key }) { emit("  note \(key): \(value)") }
         }
@@ -106,6 +153,15 @@ struct BenchWorkerCommand: AsyncParsableCommand {
     @Argument(parsing: .captureForPassthrough) var arguments: [String] = []
 
     func run() async throws {
+        if suite == BenchCondition.loadWorker {
+            // CPU-bound until killed (the bench kills it; it dies with its parent too).
+            emit("ready")
+            var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+            while true {
+                for _ in 0..<1_000_000 { state = state &* 6_364_136_223_846_793_005 &+ 1 }
+                if state == 0 { emit("") } // keeps the loop from being optimized away
+            }
+        }
         guard let type = benchSuites.first(where: { $0.name == suite }) else {
             throw ValidationError("unknown suite \(suite)")
         }

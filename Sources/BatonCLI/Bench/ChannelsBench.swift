@@ -16,80 +16,110 @@ enum ChannelsBench: BenchSuite {
         let rendezvousCount = quick ? 2_000 : 20_000
         let rounds = quick ? 2_000 : 20_000
 
-        let pipeStream = try pipeStreamRate(container: path, count: streamCount)
-        let pipeHandoff = try pipeHandoffRate(container: path, count: rendezvousCount)
-        let pipeRoundTrip = try pipePingPong(container: path, rounds: rounds)
+        // The operating system's own primitives, measured in the same run.
+        var streams: [OSPrimitive: Double] = [:], handoffs: [OSPrimitive: Double] = [:], trips: [OSPrimitive: [Double]] = [:]
+        for primitive in OSPrimitive.allCases {
+            streams[primitive] = try osStreamRate(primitive, container: path, count: streamCount)
+            handoffs[primitive] = try osHandoffRate(primitive, container: path, count: rendezvousCount)
+            trips[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds)
+        }
+        let pipeStream = streams[.pipe]!, pipeHandoff = handoffs[.pipe]!
         var results: [BenchResult] = []
         for (label, capacity, count) in [("unbounded", "unbounded", streamCount), ("bounded64", "bounded:64", streamCount), ("rendezvous", "rendezvous", rendezvousCount)] {
             let rate = try await channelRate(container: container, path: path, capacity: capacity, count: count)
             results.append(BenchResult(name: "throughput_\(label)_per_s", value: rate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
             if label == "rendezvous" {
                 results.append(BenchResult(name: "throughput_rendezvous_vs_handoff_per_s", value: rate, unit: "elements/s", floorName: "pipe_handoff_per_s", floor: pipeHandoff))
+                let (bestHandoff, bestRate) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, handoffs[$0]!) }.max { $0.1 < $1.1 }!
+                results.append(BenchResult(name: "throughput_rendezvous_vs_os_handoff_per_s", value: rate, unit: "elements/s", floorName: "\(bestHandoff.rawValue)_handoff_per_s", floor: bestRate))
             }
         }
         let structRate = try await channelRate(container: container, path: path, capacity: "unbounded", count: streamCount, structs: true)
         results.append(BenchResult(name: "throughput_unbounded_json_struct_per_s", value: structRate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
         let roundTrips = try await channelPingPong(container: container, path: path, rounds: rounds)
-        results.append(BenchResult(name: "rendezvous_round_trip_p50_us", value: percentile(roundTrips, 50), unit: "us", floorName: "pipe_round_trip_p50_us", floor: percentile(pipeRoundTrip, 50)))
-        results.append(BenchResult(name: "rendezvous_round_trip_p99_us", value: percentile(roundTrips, 99), unit: "us", floorName: "pipe_round_trip_p99_us", floor: percentile(pipeRoundTrip, 99)))
+        for p in [50.0, 99.0] {
+            let tag = "p\(Int(p))"
+            // The target's floor: the faster of POSIX mq and the Unix socket at this percentile.
+            let (best, floor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(trips[$0]!, p)) }.min { $0.1 < $1.1 }!
+            results.append(BenchResult(name: "rendezvous_round_trip_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "\(best.rawValue)_round_trip_\(tag)_us", floor: floor))
+            results.append(BenchResult(name: "rendezvous_round_trip_vs_pipe_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "pipe_round_trip_\(tag)_us", floor: percentile(trips[.pipe]!, p)))
+        }
+        // The OS primitives' own figures, each beside the pipe's.
+        for primitive in [OSPrimitive.posixMessageQueue, .unixSocket] {
+            let name = primitive.rawValue
+            results.append(BenchResult(name: "\(name)_stream_per_s", value: streams[primitive]!, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
+            results.append(BenchResult(name: "\(name)_handoff_per_s", value: handoffs[primitive]!, unit: "elements/s", floorName: "pipe_handoff_per_s", floor: pipeHandoff))
+            for p in [50.0, 99.0] {
+                results.append(BenchResult(name: "\(name)_round_trip_p\(Int(p))_us", value: percentile(trips[primitive]!, p), unit: "us", floorName: "pipe_round_trip_p\(Int(p))_us", floor: percentile(trips[.pipe]!, p)))
+            }
+        }
         return (results, [
-            "element": "a String of \(element.utf8.count) bytes (stored as UTF-8 text, frame \(element.utf8.count + 40) bytes rounded to 8); the json_struct row sends a Codable struct of about the same JSON size; the pipe writes and reads \(elementSize) bytes per element",
-            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: rendezvous send to the worker and rendezvous reply, \(rounds) rounds after warm-up; pipe_handoff: the bench writes one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
-            "rendezvous_floor": "a rendezvous send returns only once a receiver took the element, so each element is a synchronous hand-off to the other process and back; the pipe stream lets the writer run up to 64 KiB (about 1,000 elements) ahead and both sides batch in the kernel, which no rendezvous may do. The fair floor is pipe_handoff (write one element, wait for a one-byte ack); throughput_rendezvous_per_s against the stream is kept for comparison",
-            "targets": "throughput ratio >= 0.5 (rendezvous: against pipe_handoff), round-trip ratio <= 3",
+            "element": "a String of \(element.utf8.count) bytes (stored as UTF-8 text, frame \(element.utf8.count + 40) bytes rounded to 8); the json_struct row sends a Codable struct of about the same JSON size; the pipe, queue and socket carry \(elementSize) bytes per element",
+            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: rendezvous send to the worker and rendezvous reply, \(rounds) rounds after warm-up; handoff: the bench sends one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
+            "os_primitives": "pipe: two pipes; posix_mq: two POSIX message queues (depth \(OSLink.queueDepth), priority 0); unix_socket: one connected AF_UNIX stream socket; each in its own worker process, measured in this run",
+            "rendezvous_floor": "a rendezvous send returns only once a receiver took the element, so each element is a synchronous hand-off to the other process and back; a stream lets the writer run ahead and both sides batch in the kernel, which no rendezvous may do. The fair floors are the hand-offs (send one element, wait for a one-byte ack)",
+            "targets": "throughput ratio >= 0.5 (rendezvous: against the hand-offs); round trip p50 and p99 <= 1.5x the faster of posix_mq and unix_socket",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
     }
 
     // MARK: Floors
 
-    private static func pipeStreamRate(container: String, count: Int) throws -> Double {
-        let worker = try WorkerProcess(suite: name, container: container, arguments: ["pipe-stream", String(count)])
+    /// A worker at the other end of `primitive`, ready, and the bench's end of the link.
+    private static func link(_ primitive: OSPrimitive, container: String, mode: String, extra: [String] = []) throws -> (WorkerProcess, OSLink) {
+        let side = try OSLink.benchSide(primitive, container: container)
+        try side.prepare()
+        let worker = try WorkerProcess(suite: name, container: container, arguments: [mode, primitive.rawValue] + extra + side.arguments)
         try worker.waitReady()
-        var buffer = [UInt8](repeating: 0, count: elementSize)
+        return (worker, try side.connect(worker))
+    }
+
+    /// Elements streamed by the worker as fast as the primitive carries them.
+    private static func osStreamRate(_ primitive: OSPrimitive, container: String, count: Int) throws -> Double {
+        let (worker, link) = try link(primitive, container: container, mode: "os-stream", extra: [String(count)])
+        defer { withExtendedLifetime(worker) {} }
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: OSLink.messageCapacity, alignment: 8)
+        defer { buffer.deallocate() }
         worker.send("go")
         let start = monotonicNanoseconds()
         for _ in 0..<count {
-            var done = 0
-            while done < elementSize {
-                let got = buffer.withUnsafeMutableBytes { read(worker.output, $0.baseAddress! + done, elementSize - done) }
-                guard got > 0 else { throw BatonError(.invalidArgument, "the pipe-stream worker stopped early") }
-                done += got
+            guard link.receive(buffer, elementSize) else { throw BatonError(.invalidArgument, "the \(primitive.rawValue) stream worker stopped early") }
+        }
+        return Double(count) / (Double(monotonicNanoseconds() - start) / 1e9)
+    }
+
+    /// Synchronous hand-offs: send one element, wait for a one-byte acknowledgement.
+    private static func osHandoffRate(_ primitive: OSPrimitive, container: String, count: Int) throws -> Double {
+        let (worker, link) = try link(primitive, container: container, mode: "os-ack")
+        defer { withExtendedLifetime(worker) {} }
+        let bytes = [UInt8](repeating: 120, count: elementSize)
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: OSLink.messageCapacity, alignment: 8)
+        defer { buffer.deallocate() }
+        let warmup = count / 10
+        var start: UInt64 = 0
+        for index in 0..<(count + warmup) {
+            if index == warmup { start = monotonicNanoseconds() }
+            guard bytes.withUnsafeBytes({ link.send($0.baseAddress!, elementSize) }), link.receive(buffer, 1) else {
+                throw BatonError(.invalidArgument, "the \(primitive.rawValue) ack worker stopped")
             }
         }
         return Double(count) / (Double(monotonicNanoseconds() - start) / 1e9)
     }
 
-    /// Synchronous hand-offs through pipes: write one element, wait for a one-byte ack.
-    private static func pipeHandoffRate(container: String, count: Int) throws -> Double {
-        let worker = try WorkerProcess(suite: name, container: container, arguments: ["pipe-ack"])
-        try worker.waitReady()
-        let buffer = [UInt8](repeating: 120, count: elementSize)
-        var ack: UInt8 = 0
-        let warmup = count / 10
-        var start: UInt64 = 0
-        for index in 0..<(count + warmup) {
-            if index == warmup { start = monotonicNanoseconds() }
-            _ = buffer.withUnsafeBytes { write(worker.input, $0.baseAddress!, elementSize) }
-            guard read(worker.output, &ack, 1) == 1 else { throw BatonError(.invalidArgument, "the pipe-ack worker stopped") }
-        }
-        return Double(count) / (Double(monotonicNanoseconds() - start) / 1e9)
-    }
-
-    private static func pipePingPong(container: String, rounds: Int) throws -> [Double] {
-        let worker = try WorkerProcess(suite: name, container: container, arguments: ["pipe-pong"])
-        try worker.waitReady()
-        var buffer = [UInt8](repeating: 120, count: elementSize)
+    /// Round trips: send one element, wait for it to come back.
+    private static func osRoundTrips(_ primitive: OSPrimitive, container: String, rounds: Int) throws -> [Double] {
+        let (worker, link) = try link(primitive, container: container, mode: "os-pong")
+        defer { withExtendedLifetime(worker) {} }
+        let bytes = [UInt8](repeating: 120, count: elementSize)
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: OSLink.messageCapacity, alignment: 8)
+        defer { buffer.deallocate() }
         var samples: [Double] = []
+        samples.reserveCapacity(rounds)
         let warmup = rounds / 10
         for index in 0..<(rounds + warmup) {
             let start = monotonicNanoseconds()
-            _ = buffer.withUnsafeBytes { write(worker.input, $0.baseAddress!, elementSize) }
-            var done = 0
-            while done < elementSize {
-                let got = buffer.withUnsafeMutableBytes { read(worker.output, $0.baseAddress! + done, elementSize - done) }
-                guard got > 0 else { throw BatonError(.invalidArgument, "the pipe-pong worker stopped") }
-                done += got
+            guard bytes.withUnsafeBytes({ link.send($0.baseAddress!, elementSize) }), link.receive(buffer, elementSize) else {
+                throw BatonError(.invalidArgument, "the \(primitive.rawValue) pong worker stopped")
             }
             if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 1_000) }
         }
@@ -148,27 +178,26 @@ enum ChannelsBench: BenchSuite {
 
     static func worker(arguments: [String], container path: String) async throws {
         switch arguments.first {
-        case "pipe-stream":
-            let count = Int(arguments[1])!
+        case "os-stream", "os-ack", "os-pong":
+            guard arguments.count >= 2, let primitive = OSPrimitive(rawValue: arguments[1]) else {
+                throw BatonError(.invalidArgument, "bad channels worker arguments \(arguments)")
+            }
+            let count = arguments[0] == "os-stream" ? Int(arguments[2])! : 0
+            let link = try OSLink.workerSide(primitive, arguments: Array(arguments.dropFirst(arguments[0] == "os-stream" ? 3 : 2)))
+            let buffer = UnsafeMutableRawPointer.allocate(byteCount: OSLink.messageCapacity, alignment: 8)
+            defer { buffer.deallocate() }
             let bytes = [UInt8]((element.debugDescription).utf8)
             precondition(bytes.count == elementSize)
             emit("ready")
-            _ = readStandardInputLine()
-            for _ in 0..<count {
-                _ = bytes.withUnsafeBytes { write(1, $0.baseAddress!, elementSize) }
-            }
-        case "pipe-pong":
-            emit("ready")
-            var buffer = [UInt8](repeating: 0, count: elementSize)
-            while readElement(into: &buffer) {
-                _ = buffer.withUnsafeBytes { write(1, $0.baseAddress!, elementSize) }
-            }
-        case "pipe-ack":
-            emit("ready")
-            var buffer = [UInt8](repeating: 0, count: elementSize)
-            var ack: UInt8 = 1
-            while readElement(into: &buffer) {
-                _ = write(1, &ack, 1)
+            switch arguments[0] {
+            case "os-stream":
+                _ = readStandardInputLine()
+                for _ in 0..<count { guard bytes.withUnsafeBytes({ link.send($0.baseAddress!, elementSize) }) else { return } }
+            case "os-ack":
+                var ack: UInt8 = 1
+                while link.receive(buffer, elementSize), link.send(&ack, 1) {}
+            default:
+                while link.receive(buffer, elementSize), link.send(buffer, elementSize) {}
             }
         case "produce":
             let container = try SharedContainer(path: path)
@@ -193,17 +222,5 @@ enum ChannelsBench: BenchSuite {
         default:
             throw BatonError(.invalidArgument, "unknown channels worker \(arguments)")
         }
-    }
-
-    /// Reads exactly `buffer.count` bytes from standard input; `false` at end of input.
-    private static func readElement(into buffer: inout [UInt8]) -> Bool {
-        let size = buffer.count
-        var done = 0
-        while done < size {
-            let got = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + done, size - done) }
-            if got <= 0 { return false }
-            done += got
-        }
-        return true
     }
 }

@@ -7,4 +7,29 @@
 /// or -1 where the parent cannot be watched (Apple platforms: the harness runs on Linux).
 int baton_exit_with_parent(void);
 
+
+#include <stddef.h>
+#include <sys/types.h>
+
+// The operating system's own message primitives, as floors for `baton bench channels`. Each
+// returns -1 with errno set on failure (ENOSYS where the platform lacks the primitive: Apple
+// platforms have no POSIX message queues).
+
+/// `mq_open(name, O_RDWR | O_CREAT, 0600, {maxmsg, msgsize})` when `create`, else
+/// `mq_open(name, O_RDWR)`. Returns the queue descriptor.
+int baton_bench_mq_open(const char *name, int create, long maxmsg, long msgsize);
+/// `mq_send` of `size` bytes at priority 0 (retried on EINTR).
+int baton_bench_mq_send(int queue, const void *bytes, size_t size);
+/// `mq_receive` into `capacity` bytes (retried on EINTR); returns the message's size.
+ssize_t baton_bench_mq_receive(int queue, void *buffer, size_t capacity);
+int baton_bench_mq_close(int queue);
+int baton_bench_mq_unlink(const char *name);
+
+/// A Unix-domain stream socket listening at `path` (which must not exist). Returns it.
+int baton_bench_unix_listen(const char *path);
+/// Accepts one connection on a listening socket (retried on EINTR).
+int baton_bench_unix_accept(int listener);
+/// A Unix-domain stream socket connected to `path`.
+int baton_bench_unix_connect(const char *path);
+
 #endif

@@ -1,0 +1,89 @@
+#include "CBatonHarness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <mqueue.h>
+
+int baton_bench_mq_open(const char *name, int create, long maxmsg, long msgsize) {
+    if (!create) return (int)mq_open(name, O_RDWR | O_CLOEXEC);
+    struct mq_attr attributes;
+    memset(&attributes, 0, sizeof attributes);
+    attributes.mq_maxmsg = maxmsg;
+    attributes.mq_msgsize = msgsize;
+    return (int)mq_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600, &attributes);
+}
+
+int baton_bench_mq_send(int queue, const void *bytes, size_t size) {
+    int result;
+    while ((result = mq_send((mqd_t)queue, bytes, size, 0)) < 0 && errno == EINTR) {}
+    return result;
+}
+
+ssize_t baton_bench_mq_receive(int queue, void *buffer, size_t capacity) {
+    ssize_t result;
+    while ((result = mq_receive((mqd_t)queue, buffer, capacity, NULL)) < 0 && errno == EINTR) {}
+    return result;
+}
+
+int baton_bench_mq_close(int queue) { return mq_close((mqd_t)queue); }
+int baton_bench_mq_unlink(const char *name) { return mq_unlink(name); }
+#else
+int baton_bench_mq_open(const char *name, int create, long maxmsg, long msgsize) { errno = ENOSYS; return -1; }
+int baton_bench_mq_send(int queue, const void *bytes, size_t size) { errno = ENOSYS; return -1; }
+ssize_t baton_bench_mq_receive(int queue, void *buffer, size_t capacity) { errno = ENOSYS; return -1; }
+int baton_bench_mq_close(int queue) { errno = ENOSYS; return -1; }
+int baton_bench_mq_unlink(const char *name) { errno = ENOSYS; return -1; }
+#endif
+
+static int baton_bench_unix_address(const char *path, struct sockaddr_un *address) {
+    memset(address, 0, sizeof *address);
+    address->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof address->sun_path) { errno = ENAMETOOLONG; return -1; }
+    strcpy(address->sun_path, path);
+    return 0;
+}
+
+int baton_bench_unix_listen(const char *path) {
+    struct sockaddr_un address;
+    if (baton_bench_unix_address(path, &address) < 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) < 0 || listen(fd, 4) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int baton_bench_unix_accept(int listener) {
+    int fd;
+    while ((fd = accept(listener, NULL, NULL)) < 0 && errno == EINTR) {}
+    if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+}
+
+int baton_bench_unix_connect(const char *path) {
+    struct sockaddr_un address;
+    if (baton_bench_unix_address(path, &address) < 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    int result;
+    while ((result = connect(fd, (struct sockaddr *)&address, sizeof address)) < 0 && errno == EINTR) {}
+    if (result < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
