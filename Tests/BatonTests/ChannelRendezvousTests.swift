@@ -94,7 +94,7 @@ struct ChannelRendezvousTests {
         let container = try SharedContainer(path: directory.path)
         let x = try SharedChannel<Int>(container, name: "x", capacity: .rendezvous)
         let y = try SharedChannel<Int>(container, name: "y", capacity: .rendezvous)
-        let perSender = 150
+        let perSender = 1_000
         let senders = try (0..<2).map { index in
             try ChildProcess(["channel", "test-worker", "offer-loop", "x", "y", "--from", String(index * 10_000),
                               "--count", String(perSender)], container: directory.path)
@@ -111,7 +111,7 @@ struct ChannelRendezvousTests {
             while selecters.indices.filter({ !ended.contains($0) }).count < 3 {
                 selecters.append(try ChildProcess(["channel", "test-worker", "select-receive", "x", "y", "--count", "1000"], container: directory.path))
             }
-            try await Task.sleep(for: .milliseconds(Int.random(in: 20...120)))
+            try await Task.sleep(for: .milliseconds(Int.random(in: 5...60)))
             // Kill one live selecter at a random moment of its work.
             if let victim = selecters.indices.filter({ !ended.contains($0) && selecters[$0].lines.contains("ready") }).randomElement() {
                 selecters[victim].signal(SIGKILL)
@@ -136,6 +136,7 @@ struct ChannelRendezvousTests {
         while let value = try y.tryReceive() { left.append(value) }
         delivered += left
         #expect(acknowledged.count == 2 * perSender)
+        #expect(kills >= 5, "only \(kills) selecters were killed")
         #expect(Set(delivered).count == delivered.count, "an element was delivered twice")
         #expect(Set(delivered).isSubset(of: Set(acknowledged)), "an element that no send acknowledged was delivered")
         // A selecter killed after it took an element but before it printed it loses that one.
