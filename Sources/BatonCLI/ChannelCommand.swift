@@ -149,7 +149,8 @@ struct ChannelCommand: AsyncParsableCommand {
 struct ChannelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "test-worker", abstract: "Channel test workers (internal).", shouldDisplay: false,
-        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self, ReceiveAndDie.self])
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self, ReceiveAndDie.self,
+                      SelectReceive.self, OfferLoop.self])
 
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send the integers from..<from+count, then print 'sent N'.")
@@ -271,6 +272,63 @@ struct ChannelTestCommand: AsyncParsableCommand {
             emit("taken " + (try jsonLine(delivery.element)))
             await TerminationSignal.wait()
             _ = try delivery.acknowledge()
+        }
+    }
+    struct SelectReceive: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "select-receive",
+            abstract: "Print 'ready', then `count` times select a receive of an Int from the rendezvous channels X and Y (a 2 s deadline each; a timeout prints 'timeout'), printing 'got NAME VALUE' for each.")
+        @OptionGroup var options: ContainerOptions
+        @Argument var x: String
+        @Argument var y: String
+        @Option(transform: ArgumentCheck.positiveCount) var count: Int = 1
+
+        func run() async throws {
+            let container = try options.open()
+            let xs = try SharedChannel<Int>(container, name: x, capacity: .rendezvous)
+            let ys = try SharedChannel<Int>(container, name: y, capacity: .rendezvous)
+            emit("ready")
+            for _ in 0..<count {
+                do {
+                    let got = try await select(
+                        .receive(from: xs) { [x] value in "got \(x) \(value.map(String.init) ?? "end")" },
+                        .receive(from: ys) { [y] value in "got \(y) \(value.map(String.init) ?? "end")" },
+                        deadline: .after(.seconds(2)))
+                    emit(got)
+                } catch let error as BatonError where error.code == .timedOut {
+                    emit("timeout")
+                }
+            }
+            emit("done")
+        }
+    }
+
+    struct OfferLoop: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "offer-loop",
+            abstract: "Send the Ints from..<from+count to the rendezvous channels X or Y, each until it is accepted: by trySend on X, then on Y, then a select offering it to both for 50 ms; print 'acked VALUE' once sent.")
+        @OptionGroup var options: ContainerOptions
+        @Argument var x: String
+        @Argument var y: String
+        @Option(transform: ArgumentCheck.count) var from: Int
+        @Option(transform: ArgumentCheck.count) var count: Int
+
+        func run() async throws {
+            let container = try options.open()
+            let xs = try SharedChannel<Int>(container, name: x, capacity: .rendezvous)
+            let ys = try SharedChannel<Int>(container, name: y, capacity: .rendezvous)
+            emit("ready")
+            for value in from..<(from + count) {
+                while true {
+                    if try xs.trySend(value) || ys.trySend(value) { break }
+                    do {
+                        try await select(.send(value, to: xs) {}, .send(value, to: ys) {}, deadline: .after(.milliseconds(50)))
+                        break
+                    } catch let error as BatonError where error.code == .timedOut {}
+                }
+                emit("acked \(value)")
+            }
+            emit("sent")
         }
     }
 }

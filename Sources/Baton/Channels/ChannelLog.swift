@@ -13,7 +13,10 @@ import Synchronization
 ///   128 readable doorbell (wait word)   132 its sleepers
 ///   136 writable doorbell (wait word)   140 its sleepers
 ///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
-///   200 next take id   208 waiting receivers   216 layout epoch   224 skipped malformed regions
+///   200 next take id   208 (unused: was waiting receivers)   216 layout epoch
+///   224 skipped malformed regions
+///   240 rendezvous receivers waiting (49 x 16 bytes: u64 waiter reference, u32 case, u32 0),
+///       see ``ChannelWaiterTable``
 ///   1024 receivers (384 x u64): the owner token (``OwnerTokens``) of each receiving process
 /// data (from byte 4096): frames between head and tail; consumed frames before head are
 ///   reclaimed by moving the live frames to the start (only when they do not overlap), or the
@@ -43,6 +46,8 @@ final class ChannelLog: @unchecked Sendable {
     private static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
     private static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
     private static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
+    private static let oRegistrations = 240, registrationSize = 16
+    static let registrationCount = (participantOffset - oRegistrations) / registrationSize
 
     enum Storage { case file(fd: Int32, relativePath: String, absolutePath: String), memory }
 
@@ -51,6 +56,8 @@ final class ChannelLog: @unchecked Sendable {
     let name: String
     let readable: ChannelDoorbell
     let writable: ChannelDoorbell
+    /// The claim words of rendezvous waiters (shared by every channel of the container).
+    let waiters: ChannelWaiterTable
     private let header: UnsafeMutableRawPointer
     private let headerMemory: ChannelHeaderMemory
     private var data: UnsafeMutableRawPointer
@@ -79,6 +86,7 @@ final class ChannelLog: @unchecked Sendable {
         mappedDataSize = Self.initialDataSize
         slot = 0
         owners = nil
+        waiters = .inProcess
         SharedMutex(header.advanced(by: Self.oMutex)).initialize()
         readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
         writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
@@ -89,6 +97,7 @@ final class ChannelLog: @unchecked Sendable {
     init(container: SharedContainer, name: String, capacity requested: ChannelCapacity?) throws {
         try SharedContainer.validateName(name, what: "a channel name")
         try container.makeDirectory(Self.directoryName)
+        let waiters = try ChannelWaiterTable.shared(for: container)
         let relativePath = Self.directoryName + "/" + name
         let fd = try container.openFile(relativePath, flags: O_RDWR | O_CREAT)
         var headerMemory: ChannelHeaderMemory?
@@ -138,6 +147,7 @@ final class ChannelLog: @unchecked Sendable {
         self.name = name
         self.container = container
         self.owners = container.owners
+        self.waiters = waiters
         self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
@@ -505,37 +515,145 @@ final class ChannelLog: @unchecked Sendable {
 
     // MARK: Operations
 
-    enum AppendMode { case always, ifRoom(Int), ifReceiverWaiting }
+    enum AppendMode {
+        case always
+        case ifRoom(Int)
+        /// Rendezvous `trySend`: only to a registered receiver that this append claims; the
+        /// frame is addressed to it.
+        case handoff
+        /// A rendezvous offer of `waiter`'s case: any receiver that claims the waiter takes it.
+        case offer(ChannelWaiterTable.Waiter, case: Int)
+    }
+
+    enum AppendResult {
+        case appended
+        /// No room, or no waiting receiver.
+        case refused
+        /// `own` was claimed by a counterpart before this append could cancel it.
+        case ownClaimed
+    }
 
     /// Appends a frame for `payload`, written in place in the channel (no intermediate copy).
-    /// `false` when `mode` says there is no room or no waiting receiver.
+    ///
+    /// `own` is the caller's waiter when it is registered (a select checking its cases again
+    /// after it registered): it is cancelled, under the lock, before the frame goes in.
     /// - Throws: `closed` after ``close()``; `invalidArgument` when the payload is too large.
-    func append(payload: UnsafeRawBufferPointer, coding: ChannelFrame.Coding, sendID: UInt64, mode: AppendMode) throws -> Bool {
+    func append(payload: UnsafeRawBufferPointer, coding: ChannelFrame.Coding, sendID: UInt64, mode: AppendMode,
+                own: ChannelWaiterTable.Waiter? = nil) throws -> AppendResult {
         let size = try ChannelFrame.checkedSize(payload: payload.count)
-        var wasEmpty = false
-        let appended = try withLock { () -> Bool in
+        return try withLock { () -> AppendResult in
             guard !isClosed else {
                 throw BatonError(.closed, "the channel \(name) is closed; nothing more can be sent on it")
             }
+            var mark: (flags: UInt32, reference: UInt64)?
+            var ownCancelled = false
             switch mode {
             case .always: break
             case .ifRoom(let limit):
-                if field(Self.oReady) + field(Self.oTaken) >= limit { return false }
-            case .ifReceiverWaiting:
-                if field(Self.oWaitingReceivers) <= field(Self.oReady) { return false }
+                if field(Self.oReady) + field(Self.oTaken) >= limit { return .refused }
+            case .offer(let waiter, let index):
+                mark = (Self.markOffer | UInt32(index), waiter.reference)
+            case .handoff:
+                // Room first: once a receiver is claimed, the element must go in.
+                try ensureSpace(size)
+                guard let (entry, reference, index) = claimRegisteredReceiver(own: own) else {
+                    if let own, !waiters.isWaiting(own), !waiters.cancelForOwnMove(own) { return .ownClaimed }
+                    return .refused
+                }
+                if reference == 0 { return .ownClaimed }
+                ownCancelled = true
+                clearRegistration(entry)
+                mark = (Self.markHandoff | UInt32(index), reference)
             }
+            if let own, !ownCancelled, !waiters.cancelForOwnMove(own) { return .ownClaimed }
             try ensureSpace(size)
             let tail = field(Self.oTail)
             ChannelFrame.write(into: data.advanced(by: tail), size: size, payload: payload, coding: coding, sendID: sendID)
+            if let mark {
+                frame(tail).storeBytes(of: mark.flags, toByteOffset: 4, as: UInt32.self)
+                frame(tail).storeBytes(of: mark.reference, toByteOffset: 8, as: UInt64.self)
+            }
             setField(Self.oTail, tail + size)
-            wasEmpty = field(Self.oReady) <= 0
+            let wasEmpty = field(Self.oReady) <= 0
             addField(Self.oReady, 1)
             // Receivers wait only after finding nothing ready, so only the first frame after
-            // that needs to ring.
-            ringOnUnlock(readable: wasEmpty)
+            // that needs to ring; an element for a registered receiver always rings.
+            let handoff = mark.map { $0.flags & Self.markMask == Self.markHandoff } ?? false
+            ringOnUnlock(readable: wasEmpty || handoff)
+            return .appended
+        }
+    }
+
+    // MARK: Rendezvous waiters
+
+    /// Frame owner word while ready: a waiter reference follows in the take-id word. An offer
+    /// (a waiting sender's element) or a handoff (an element for one registered receiver); the
+    /// low 30 bits are the waiter's case. (A taker's slot never sets these bits.)
+    static let markOffer: UInt32 = 0x8000_0000
+    static let markHandoff: UInt32 = 0xC000_0000
+    private static let markMask: UInt32 = 0xC000_0000
+
+    private func registration(_ entry: Int) -> UnsafeMutablePointer<UInt64> {
+        Self.dword(header, Self.oRegistrations + entry * Self.registrationSize)
+    }
+    private func registrationCase(_ entry: Int) -> Int {
+        Int(baton_load32(Self.word(header, Self.oRegistrations + entry * Self.registrationSize + 8)))
+    }
+    private func clearRegistration(_ entry: Int) { baton_store64(registration(entry), 0) }
+
+    /// Registers `waiter` as a receiver waiting on this channel for its case `index`, so that a
+    /// `trySend` may claim it. `false` when every registration slot holds a live waiter (the
+    /// waiter then only takes offered elements).
+    func register(_ waiter: ChannelWaiterTable.Waiter, case index: Int) throws -> Bool {
+        try withLock {
+            var free: Int?
+            for entry in 0..<Self.registrationCount {
+                let reference = baton_load64(registration(entry))
+                if reference == 0 || { if case .gone = waiters.standing(reference) { return true }; return false }() {
+                    clearRegistration(entry)
+                    if free == nil { free = entry }
+                }
+            }
+            guard let free else { return false }
+            baton_store32(Self.word(header, Self.oRegistrations + free * Self.registrationSize + 8), UInt32(truncatingIfNeeded: index))
+            baton_store64(registration(free), waiter.reference)
             return true
         }
-        return appended
+    }
+
+    /// Removes the registrations of `waiter`.
+    func unregister(_ waiter: ChannelWaiterTable.Waiter) throws {
+        try withLock {
+            for entry in 0..<Self.registrationCount where baton_load64(registration(entry)) == waiter.reference {
+                clearRegistration(entry)
+            }
+        }
+    }
+
+    /// Claims a registered, live, waiting receiver (under the lock), first cancelling `own`
+    /// (never claiming it). Returns the entry, the receiver's reference and case; a reference of
+    /// 0 when `own` was claimed first; `nil` when no receiver could be claimed.
+    private func claimRegisteredReceiver(own: ChannelWaiterTable.Waiter?) -> (Int, UInt64, Int)? {
+        let start = Int.random(in: 0..<Self.registrationCount)
+        var ownCancelled = false
+        for step in 0..<Self.registrationCount {
+            let entry = (start + step) % Self.registrationCount
+            let reference = baton_load64(registration(entry))
+            guard reference != 0 else { continue }
+            if let own, ChannelWaiterTable.Waiter(reference: reference).index == own.index { continue }
+            switch waiters.standing(reference) {
+            case .gone: clearRegistration(entry); continue
+            case .busy, .claimed: continue
+            case .waiting: break
+            }
+            if let own, !ownCancelled {
+                guard waiters.cancelForOwnMove(own) else { return (entry, 0, 0) }
+                ownCancelled = true
+            }
+            let index = registrationCase(entry)
+            if waiters.claim(reference, case: index) { return (entry, reference, index) }
+        }
+        return nil
     }
 
     /// A frame this process took and has not acknowledged.
@@ -554,6 +672,8 @@ final class ChannelLog: @unchecked Sendable {
         case empty(othersTaking: Bool)
         /// Closed and drained.
         case end
+        /// The caller's waiter (`own`) was claimed by a counterpart before it could take.
+        case ownClaimed
     }
 
     /// Takes the oldest ready frame and passes its payload (in the channel's memory, valid only
@@ -565,7 +685,14 @@ final class ChannelLog: @unchecked Sendable {
     /// it is in the receiver's memory, as with a separate ``acknowledge(_:)``: a receiver that
     /// dies inside the critical section leaves the frame ready (the next locker is told the
     /// owner died and repairs the log), for one lock instead of two and no `taken` bookkeeping.
-    func take(acknowledge: Bool = false, _ extract: (UnsafeRawBufferPointer, ChannelFrame.Coding) -> Void) throws -> TakeResult {
+    ///
+    /// Rendezvous frames: an offer is taken only by claiming its waiter (a dead or stale
+    /// waiter's offer is dropped, its send never completed); a handoff addressed to a live
+    /// waiter is left to it (an orphan, whose waiter died, goes to anyone). With `own` (the
+    /// caller's registered waiter), `own` is cancelled before anything is taken and its own
+    /// offers are skipped; with `addressedTo`, only the handoff addressed to that waiter is taken.
+    func take(acknowledge: Bool = false, own: ChannelWaiterTable.Waiter? = nil, addressedTo: ChannelWaiterTable.Waiter? = nil,
+              _ extract: (UnsafeRawBufferPointer, ChannelFrame.Coding) -> Void) throws -> TakeResult {
         var ringWritable = false
         var ringReadable = false
         let result = try withLock { () -> TakeResult in
@@ -591,6 +718,26 @@ final class ChannelLog: @unchecked Sendable {
                     let base = frame(offset)
                     switch state(offset) {
                     case ChannelFrame.State.ready.rawValue:
+                        var claimOffer: (reference: UInt64, case: Int)?
+                        switch eligibility(base, own: own, addressedTo: addressedTo) {
+                        case .take: break
+                        case .claim(let reference, let index): claimOffer = (reference, index)
+                        case .skip:
+                            offset += size
+                            continue
+                        case .drop:
+                            setState(offset, .done)
+                            addField(Self.oReady, -1)
+                            if offset == field(Self.oHead) { advanceHead() }
+                            ringWritable = true
+                            offset += size
+                            continue
+                        }
+                        if let own, addressedTo == nil, !waiters.cancelForOwnMove(own) { return .ownClaimed }
+                        if let claimOffer, !waiters.claim(claimOffer.reference, case: claimOffer.case) {
+                            offset += size
+                            continue
+                        }
                         guard ChannelFrame.checksumMatches(base), let coding = ChannelFrame.coding(base) else {
                             setState(offset, .done)
                             addField(Self.oReady, -1)
@@ -644,6 +791,41 @@ final class ChannelLog: @unchecked Sendable {
             return result
         }
         return result
+    }
+
+    private enum Eligibility {
+        case take
+        /// An offer: take it after claiming its waiter for the case.
+        case claim(UInt64, Int)
+        case skip
+        /// An offer of a dead or stale waiter: its send never completed.
+        case drop
+    }
+
+    /// Whether a ready frame may be taken (see ``take(acknowledge:own:addressedTo:_:)``).
+    private func eligibility(_ base: UnsafeMutableRawPointer, own: ChannelWaiterTable.Waiter?, addressedTo: ChannelWaiterTable.Waiter?) -> Eligibility {
+        let mark = base.load(fromByteOffset: 4, as: UInt32.self) & Self.markMask
+        let reference = base.load(fromByteOffset: 8, as: UInt64.self)
+        let index = Int(base.load(fromByteOffset: 4, as: UInt32.self) & ~Self.markMask)
+        if let addressedTo {
+            return mark == Self.markHandoff && reference == addressedTo.reference ? .take : .skip
+        }
+        switch mark {
+        case Self.markHandoff:
+            // Left to its receiver, unless that one died or moved on (an orphan).
+            if case .gone = waiters.standing(reference) { return .take }
+            return .skip
+        case Self.markOffer:
+            if let own, ChannelWaiterTable.Waiter(reference: reference).index == own.index { return .skip }
+            switch waiters.standing(reference) {
+            case .waiting: return .claim(reference, index)
+            case .claimed(let claimed) where claimed == index: return .take // its taker died mid-take
+            case .claimed, .busy: return .skip
+            case .gone: return .drop
+            }
+        default:
+            return .take
+        }
     }
 
     /// Marks the taken frame at `offset` done (under the lock). Returns whether the channel was
@@ -736,16 +918,6 @@ final class ChannelLog: @unchecked Sendable {
             return withdrawn
         }
         return withdrawn
-    }
-
-    /// Counts this task as a receiver waiting (for rendezvous `trySend`), or stops counting it.
-    func adjustWaitingReceivers(_ delta: Int) {
-        if delta > 0 {
-            baton_add64(Self.dword(header, Self.oWaitingReceivers), UInt64(delta))
-        } else {
-            baton_add64(Self.dword(header, Self.oWaitingReceivers), UInt64(bitPattern: Int64(delta)))
-        }
-        if delta > 0 { writable.ring() }
     }
 
     /// Closes the channel: no more sends; receivers drain what is left.

@@ -8,22 +8,32 @@
 ///     deadline: .after(.seconds(1)))
 /// ```
 public struct ChannelSelectCase<Outcome> {
-    /// Tries the case without waiting; returns its handler when the case fired.
-    let attempt: () throws -> (() async throws -> Outcome)?
+    enum Attempted {
+        case fired(() async throws -> Outcome)
+        case notReady
+        /// The select's waiter was claimed by a counterpart first.
+        case ownClaimed
+    }
+
+    /// Tries the case without waiting. `own`: the select's waiter while it is registered (it
+    /// is cancelled before the case fires).
+    let attempt: (_ own: ChannelWaiterTable.Waiter?) throws -> Attempted
     /// What rings when the case may have become possible.
     let doorbell: ChannelDoorbell
-    /// For a send to a rendezvous channel: puts the element in the channel for a receiver to
-    /// take while the select waits.
-    let offer: (() throws -> Offer)?
-    /// For a receive from a rendezvous channel: the channel's log, to count a waiting receiver.
-    let rendezvousReceiveLog: ChannelLog?
-    /// For a receive: the channel's log, to return elements of dead takers.
-    let receiveLog: ChannelLog?
+    /// Whether a wait also looks again now and then (for receivers or counterparts in other
+    /// processes that died).
+    let slowCheck: Bool
+    /// For a rendezvous case: the waiter table, and how to arm the case while the select waits
+    /// (register as a waiting receiver, or offer the element).
+    let waiters: ChannelWaiterTable?
+    let arm: ((_ waiter: ChannelWaiterTable.Waiter, _ index: Int) throws -> Armed)?
 
-    struct Offer {
-        /// Removes the element unless it was taken. `true` when removed (the case did not fire).
-        let withdraw: () throws -> Bool
-        let handler: () async throws -> Outcome
+    struct Armed {
+        /// Completes the case that a counterpart claimed: its handler, or `nil` when the claim
+        /// came to nothing (the counterpart died before it finished).
+        let complete: () throws -> (() async throws -> Outcome)?
+        /// Undoes the arming (for a case that was not claimed).
+        let disarm: () throws -> Void
     }
 
     /// Receives from `channel`; `handler` gets the element, or `nil` when the channel is closed
@@ -32,31 +42,49 @@ public struct ChannelSelectCase<Outcome> {
         from channel: SharedChannel<Element>,
         _ handler: @escaping (Element?) async throws -> Outcome
     ) -> Self {
-        Self(
-            attempt: {
+        let rendezvous = channel.capacity == .rendezvous
+        return Self(
+            attempt: { own in
                 while true {
-                    switch try channel.attemptReceive() {
-                    case .element(let element): return { try await handler(element) }
-                    case .end: return { try await handler(nil) }
+                    switch try channel.attemptReceive(own: own) {
+                    case .element(let element): return .fired { try await handler(element) }
+                    case .end:
+                        if let own, !channel.log.waiters.cancelForOwnMove(own) { return .ownClaimed }
+                        return .fired { try await handler(nil) }
                     case .retry: continue
+                    case .ownClaimed: return .ownClaimed
                     case .empty(let othersTaking):
                         if othersTaking, try channel.log.recoverDeadTakers() { continue }
-                        return nil
+                        return .notReady
                     }
                 }
             },
             doorbell: channel.log.readable,
-            offer: nil,
-            rendezvousReceiveLog: channel.capacity == .rendezvous ? channel.log : nil,
-            receiveLog: channel.log
+            slowCheck: channel.log.storage.isFile,
+            waiters: rendezvous ? channel.log.waiters : nil,
+            arm: rendezvous ? { waiter, index in
+                _ = try channel.log.register(waiter, case: index)
+                return Armed(
+                    complete: {
+                        while true {
+                            switch try channel.attemptReceive(addressedTo: waiter) {
+                            case .element(let element): return { try await handler(element) }
+                            case .retry: continue
+                            default: return nil
+                            }
+                        }
+                    },
+                    disarm: { try channel.log.unregister(waiter) })
+            } : nil
         )
     }
 
     /// Sends `element` to `channel`, then runs `handler`.
     ///
     /// A send to a rendezvous channel fires when a receiver takes the element while the select
-    /// waits (at most one such send is offered at a time; the others fire only if a receiver is
-    /// already waiting). A send to a closed channel makes the select throw `closed`.
+    /// waits (the element is offered on every such case at once, but a receiver takes an offer
+    /// only by claiming the whole select, so only one fires). A send to a closed channel makes
+    /// the select throw `closed`.
     public static func send<Element>(
         _ element: Element,
         to channel: SharedChannel<Element>,
@@ -64,16 +92,22 @@ public struct ChannelSelectCase<Outcome> {
     ) -> Self {
         let rendezvous = channel.capacity == .rendezvous
         return Self(
-            attempt: {
-                try channel.trySend(element) ? { try await handler() } : nil
+            attempt: { own in
+                switch try channel.trySend(element, own: own) {
+                case .appended: return .fired { try await handler() }
+                case .refused: return .notReady
+                case .ownClaimed: return .ownClaimed
+                }
             },
             doorbell: channel.log.writable,
-            offer: rendezvous ? {
-                let sendID = try channel.append(element, mode: .always)!
-                return Offer(withdraw: { try channel.log.withdraw(sendID: sendID) }, handler: handler)
-            } : nil,
-            rendezvousReceiveLog: nil,
-            receiveLog: nil
+            slowCheck: rendezvous && channel.log.storage.isFile,
+            waiters: rendezvous ? channel.log.waiters : nil,
+            arm: rendezvous ? { waiter, index in
+                let (sendID, _) = try channel.append(element, mode: .offer(waiter, case: index), own: nil)
+                return Armed(
+                    complete: { try channel.log.withdraw(sendID: sendID) ? nil : { try await handler() } },
+                    disarm: { _ = try channel.log.withdraw(sendID: sendID) })
+            } : nil
         )
     }
 }
@@ -100,6 +134,15 @@ private func timedOut() -> BatonError {
 }
 
 /// ``select(_:deadline:)`` over an array of cases.
+///
+/// Like Go's `select`: the cases are tried in a random order; when none can proceed and some
+/// are on rendezvous channels, the select takes a waiter record (``ChannelWaiterTable``),
+/// registers it as a receiver on its rendezvous receive cases and offers its element on its
+/// rendezvous send cases, then tries every case once more (a counterpart that arrived meanwhile
+/// saw the registration or the offer, or this look sees it) and sleeps on the cases' doorbells.
+/// A counterpart completes it only by claiming the record for one case; the select cancels the
+/// record before it completes a case itself, gives up, or is cancelled, and then withdraws every
+/// other registration and offer.
 public func select<Outcome>(
     _ cases: [ChannelSelectCase<Outcome>],
     deadline: Deadline = .never
@@ -107,30 +150,28 @@ public func select<Outcome>(
     guard !cases.isEmpty else {
         throw BatonError(.invalidArgument, "select needs at least one case")
     }
-    var counted: [ChannelLog] = []
-    defer { for log in counted { log.adjustWaitingReceivers(-1) } }
-    let offering = cases.indices.filter { cases[$0].offer != nil }
-    var round = 0
+    let rendezvous = cases.indices.filter { cases[$0].arm != nil }
+    let table = rendezvous.first.flatMap { cases[$0].waiters }
+    if let table, rendezvous.contains(where: { cases[$0].waiters !== table }) {
+        throw BatonError(.invalidArgument, "a select's rendezvous cases must be channels of one container (or all in-process channels)")
+    }
+    let doorbells = cases.map(\.doorbell)
+    // Receives fall back to a slow check for dead takers and dead counterparts; every other
+    // wake-up is a doorbell.
+    let slow = cases.contains { $0.slowCheck }
     while true {
-        let doorbells = cases.map(\.doorbell)
         let seen = doorbells.map { $0.snapshot() }
         let start = Int.random(in: 0..<cases.count)
         for step in 0..<cases.count {
-            if let fire = try cases[(start + step) % cases.count].attempt() { return try await fire() }
+            if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
         }
         try Task.checkCancellation()
         if deadline.hasPassed { throw timedOut() }
-        if counted.isEmpty {
-            counted = cases.compactMap(\.rendezvousReceiveLog)
-            for log in counted { log.adjustWaitingReceivers(1) }
-            if !counted.isEmpty { continue }
-        }
-        // Receives fall back to a slow check for dead takers; every other wake-up is a doorbell.
-        let slice = cases.contains { $0.receiveLog?.storage.isFile == true } ? deadline.earliest(.after(.milliseconds(250))) : deadline
+        let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
         let waits: [@Sendable () async throws -> Void] = zip(doorbells, seen).map { doorbell, seen in
             { try await doorbell.wait(after: seen, deadline: slice, spinning: false) }
         }
-        if offering.isEmpty {
+        guard let table else {
             // Watch every doorbell for a moment before waking a task per case.
             if ChannelDoorbell.spin(Array(zip(doorbells, seen))) { continue }
             do {
@@ -140,23 +181,46 @@ public func select<Outcome>(
             }
             continue
         }
-        // One rendezvous send offered at a time, so at most one case can fire.
-        let offer = try cases[offering[round % offering.count]].offer!()
-        round += 1
+        // Arm the rendezvous cases under one waiter, look once more, then sleep.
+        let waiter = try table.begin()
+        var armed: [Int: ChannelSelectCase<Outcome>.Armed] = [:]
+        var fired: (() async throws -> Outcome)?
+        var failure: (any Error)?
         do {
-            if !ChannelDoorbell.spin(Array(zip(doorbells, seen))) {
-                _ = try await ChannelWaits.first(waits)
+            for index in rendezvous { armed[index] = try cases[index].arm!(waiter, index) }
+            look: for step in 0..<cases.count {
+                switch try cases[(start + step) % cases.count].attempt(waiter) {
+                case .fired(let fire): fired = fire; break look
+                case .ownClaimed: break look
+                case .notReady: if !table.isWaiting(waiter) { break look }
+                }
+            }
+            if fired == nil && table.isWaiting(waiter) {
+                if !ChannelDoorbell.spin(Array(zip(doorbells, seen))) { _ = try await ChannelWaits.first(waits) }
             }
         } catch {
-            if try offer.withdraw() {
-                if let error = error as? BatonError, error.code == .timedOut {
-                    if deadline.hasPassed { throw timedOut() }
-                    continue
-                }
-                throw error
-            }
-            return try await offer.handler()
+            failure = error
         }
-        if try !offer.withdraw() { return try await offer.handler() }
+        // Close the wait: nothing can claim the waiter after this.
+        let claimed = table.finish(waiter)
+        do {
+            if fired == nil, let claimed, let case_ = armed[claimed] {
+                fired = try case_.complete()
+                armed[claimed] = nil
+            }
+            for (_, case_) in armed { try case_.disarm() }
+        } catch {
+            table.end(waiter)
+            throw error
+        }
+        table.end(waiter)
+        if let fired { return try await fired() }
+        if let failure {
+            if let error = failure as? BatonError, error.code == .timedOut {
+                if deadline.hasPassed { throw timedOut() }
+                continue
+            }
+            throw failure
+        }
     }
 }

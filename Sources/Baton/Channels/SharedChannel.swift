@@ -115,8 +115,9 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
                 try await log.writable.wait(after: seen, deadline: deadline)
             }
         case .rendezvous:
-            let sendID = try append(element, mode: .always)!
-            try await awaitTaken(sendID: sendID, deadline: deadline)
+            // A select of one case: the element is offered under a claim word, so that it is
+            // taken at most once, and never after this send gave up (or its process died).
+            try await select([.send(element, to: self) {}], deadline: deadline)
         }
     }
 
@@ -126,30 +127,34 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
     func append(_ element: Element, mode: ChannelLog.AppendMode) throws -> UInt64? {
-        let sendID = sendIDs.wrappingAdd(1, ordering: .relaxed).newValue
-        let appended = try withPayload(element) { payload, coding in
-            try log.append(payload: payload, coding: coding, sendID: sendID, mode: mode)
-        }
-        return appended ? sendID : nil
+        let (sendID, result) = try append(element, mode: mode, own: nil)
+        guard case .appended = result else { return nil }
+        return sendID
     }
 
-    /// Waits until the offered frame `sendID` is taken; on timeout or cancellation withdraws it
-    /// (unless it was taken meanwhile, in which case the send succeeded).
-    private func awaitTaken(sendID: UInt64, deadline: Deadline) async throws {
-        do {
-            while true {
-                let seen = log.writable.snapshot()
-                if try log.isTaken(sendID: sendID) { return }
-                try await log.writable.wait(after: seen, deadline: deadline)
-            }
-        } catch {
-            if try log.withdraw(sendID: sendID) { throw error }
+    /// ``append(_:mode:)`` for a registered select (`own`: see ``ChannelLog/append(payload:coding:sendID:mode:own:)``).
+    func append(_ element: Element, mode: ChannelLog.AppendMode, own: ChannelWaiterTable.Waiter?) throws -> (UInt64, ChannelLog.AppendResult) {
+        let sendID = sendIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let result = try withPayload(element) { payload, coding in
+            try log.append(payload: payload, coding: coding, sendID: sendID, mode: mode, own: own)
+        }
+        return (sendID, result)
+    }
+
+    /// ``trySend(_:)`` for a select; `own` as in ``append(_:mode:own:)``.
+    func trySend(_ element: Element, own: ChannelWaiterTable.Waiter?) throws -> ChannelLog.AppendResult {
+        switch capacity {
+        case .unbounded: return try append(element, mode: .always, own: own).1
+        case .bounded(let limit): return try append(element, mode: .ifRoom(limit), own: own).1
+        case .rendezvous: return try append(element, mode: .handoff, own: own).1
         }
     }
 
     /// Sends without waiting.
     ///
-    /// On a rendezvous channel this succeeds only when a receiver is waiting at that moment.
+    /// On a rendezvous channel this succeeds only when a receiver is waiting at that moment and
+    /// this call claims it: the element is then that receiver's (a `select` waiting on several
+    /// channels is claimed once, by one of them).
     /// - Returns: `true` when sent, `false` when the channel is full (or no receiver waits).
     /// - Throws: `closed` when the channel is closed.
     @_specialize(exported: true, where Element == String)
@@ -159,7 +164,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         switch capacity {
         case .unbounded: return try append(element, mode: .always) != nil
         case .bounded(let limit): return try append(element, mode: .ifRoom(limit)) != nil
-        case .rendezvous: return try append(element, mode: .ifReceiverWaiting) != nil
+        case .rendezvous: return try append(element, mode: .handoff) != nil
         }
     }
 
@@ -175,8 +180,11 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
     public func receive(deadline: Deadline = .never) async throws -> Element? {
-        var countedAsWaiting = false
-        defer { if countedAsWaiting { log.adjustWaitingReceivers(-1) } }
+        if capacity == .rendezvous {
+            // A select of one case: registered under a claim word, so that a `trySend` hands it
+            // an element only while it waits.
+            return try await select([.receive(from: self) { $0 }], deadline: deadline)
+        }
         // Set once another process was seen holding a taken element: then a wait also watches
         // for processes releasing their owner tokens (a taker may die).
         var deaths: (counter: EventCounter, seen: UInt64)?
@@ -186,14 +194,9 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             switch try attemptReceive() {
             case .element(let element): return element
             case .end: return nil
-            case .retry: continue
+            case .retry, .ownClaimed: continue
             case .empty(let othersTaking):
                 if othersTaking, try log.recoverDeadTakers() { continue }
-                if capacity == .rendezvous && !countedAsWaiting {
-                    log.adjustWaitingReceivers(1)
-                    countedAsWaiting = true
-                    continue
-                }
                 if othersTaking, deaths == nil, let counter = try log.ownerReleases() {
                     // Snapshot the death events before looking again.
                     deaths = (counter, counter.snapshot())
@@ -226,7 +229,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             switch try attemptReceive() {
             case .element(let element): return element
             case .end: return nil
-            case .retry: continue
+            case .retry, .ownClaimed: continue
             case .empty(let othersTaking):
                 if othersTaking, try log.recoverDeadTakers() { continue }
                 return nil
@@ -239,19 +242,21 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         case empty(othersTaking: Bool)
         case end
         case retry
+        /// The select's own waiter was claimed first (see ``ChannelLog/take(acknowledge:own:addressedTo:_:)``).
+        case ownClaimed
     }
 
     /// Takes, decodes and acknowledges one element.
     @_specialize(exported: true, where Element == String)
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
-    func attemptReceive() throws -> Attempt {
+    func attemptReceive(own: ChannelWaiterTable.Waiter? = nil, addressedTo: ChannelWaiterTable.Waiter? = nil) throws -> Attempt {
         if representation != .json {
             // Text and bytes become the element by copying them out of the channel, which cannot
             // fail: take, copy and acknowledge in one critical section.
             var decoded: Element?
             var failure: (any Error)?
-            switch try log.take(acknowledge: true, { payload, coding in
+            switch try log.take(acknowledge: true, own: own, addressedTo: addressedTo, { payload, coding in
                 do { decoded = try decodeInPlace(payload, coding: coding) } catch { failure = error }
             }) {
             case .taken:
@@ -260,10 +265,11 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             case .malformed(let message): throw BatonError(.malformedFrame, message)
             case .empty(let othersTaking): return .empty(othersTaking: othersTaking)
             case .end: return .end
+            case .ownClaimed: return .ownClaimed
             }
         }
         var payload: [UInt8] = []
-        switch try log.take({ bytes, _ in payload = [UInt8](bytes) }) {
+        switch try log.take(own: own, addressedTo: addressedTo, { bytes, _ in payload = [UInt8](bytes) }) {
         case .taken(let taken):
             let element: Element
             do {
@@ -279,6 +285,8 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             return .empty(othersTaking: othersTaking)
         case .end:
             return .end
+        case .ownClaimed:
+            return .ownClaimed
         }
     }
 
@@ -298,6 +306,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
                 }
             case .malformed(let message): throw BatonError(.malformedFrame, message)
             case .end: return nil
+            case .ownClaimed: continue
             case .empty(let othersTaking):
                 if othersTaking, try log.recoverDeadTakers() { continue }
                 try await log.readable.wait(after: seen, deadline: deadline)

@@ -1,0 +1,148 @@
+import Baton
+import Foundation
+import BatonTestSupport
+import Testing
+
+/// Go's semantics for rendezvous (capacity 0) channels across processes: a send completes only
+/// when a receiver takes that element, a select completes exactly one case and never matches
+/// itself (issue 16, finding 5).
+@Suite("Channel rendezvous", .serialized)
+struct ChannelRendezvousTests {
+    @Test("a select receiving from rendezvous x and y in another process accepts exactly one of x.trySend and y.trySend")
+    func selectAcceptsOneTrySend() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let x = try SharedChannel<Int>(container, name: "x", capacity: .rendezvous)
+        let y = try SharedChannel<Int>(container, name: "y", capacity: .rendezvous)
+        for round in 0..<5 {
+            let selecter = try ChildProcess(["channel", "test-worker", "select-receive", "x", "y"], container: directory.path)
+            try await selecter.line(timeout: 30) { $0 == "ready" }
+            // Until the select waits: then exactly one of the two may succeed.
+            var sent = (x: false, y: false)
+            let start = ContinuousClock.now
+            while !sent.x && !sent.y && ContinuousClock.now - start < .seconds(20) {
+                sent.x = try x.trySend(10 * round + 1)
+                sent.y = try y.trySend(10 * round + 2)
+                if !sent.x && !sent.y { try await Task.sleep(for: .milliseconds(2)) }
+            }
+            #expect(sent.x != sent.y, "round \(round): x.trySend \(sent.x), y.trySend \(sent.y)")
+            let got = try await selecter.line(timeout: 30) { $0.hasPrefix("got ") || $0 == "timeout" }
+            #expect(got == (sent.x ? "got x \(10 * round + 1)" : "got y \(10 * round + 2)"), "round \(round)")
+            #expect(try await selecter.wait() == 0)
+            #expect(try x.tryReceive() == nil, "round \(round): x holds an element")
+            #expect(try y.tryReceive() == nil, "round \(round): y holds an element")
+        }
+    }
+
+    @Test("a select sending on and receiving from one rendezvous channel never matches itself")
+    func selectDoesNotMatchItself() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let c = try SharedChannel<String>(container, name: "c", capacity: .rendezvous)
+        func both(_ deadline: Deadline) async throws -> String {
+            try await select(
+                .send("mine", to: c) { "sent" },
+                .receive(from: c) { value in "received \(value ?? "end")" },
+                deadline: deadline)
+        }
+        await #expect { try await both(.after(.milliseconds(400))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+        #expect(try c.tryReceive() == nil, "the select left its element in the channel")
+        #expect(try c.trySend("stray") == false, "the select still counts as a waiting receiver")
+
+        // Another process receives: the send case fires.
+        let receiver = try ChildProcess(["channel", "receive", "c", "--count", "1", "--timeout", "30"], container: directory.path)
+        #expect(try await both(.after(.seconds(30))) == "sent")
+        #expect(try await receiver.line(timeout: 30) == "\"mine\"")
+        #expect(try await receiver.wait() == 0)
+
+        // Another process sends: the receive case fires.
+        let sender = try ChildProcess(["channel", "send", "c", "\"theirs\"", "--timeout", "30"], container: directory.path)
+        #expect(try await both(.after(.seconds(30))) == "received theirs")
+        #expect(try await sender.wait() == 0)
+        #expect(try c.tryReceive() == nil)
+    }
+
+    @Test("a rendezvous send that timed out, or whose process was killed, leaves nothing for a later receiver")
+    func abandonedSendLeavesNothing() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let c = try SharedChannel<String>(container, name: "c", capacity: .rendezvous)
+        let timedOut = try ChildProcess(["channel", "send", "c", "\"late\"", "--timeout", "0.3"], container: directory.path)
+        #expect(try await timedOut.wait() == 1)
+        #expect(try c.tryReceive() == nil, "a timed-out send left its element")
+        await #expect { try await c.receive(deadline: .after(.milliseconds(300))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+
+        // A sender killed while it waits for a receiver: its element was never sent.
+        let killed = try ChildProcess(["channel", "send", "c", "\"ghost\"", "--timeout", "60"], container: directory.path)
+        try await Task.sleep(for: .milliseconds(500))
+        killed.signal(SIGKILL)
+        #expect(try await killed.wait() == 128 + SIGKILL)
+        #expect(try c.tryReceive() == nil, "the element of a killed sender was delivered")
+
+        // A receiver killed while it waits no longer counts as waiting.
+        let receiver = try ChildProcess(["channel", "receive", "c", "--timeout", "60"], container: directory.path)
+        try await Task.sleep(for: .milliseconds(500))
+        receiver.signal(SIGKILL)
+        #expect(try await receiver.wait() == 128 + SIGKILL)
+        #expect(try c.trySend("nobody") == false, "trySend succeeded with no live receiver")
+        #expect(try c.tryReceive() == nil)
+    }
+
+    @Test("selecters killed with SIGKILL while others send: every acknowledged element is delivered exactly once, and nothing stays in the channels")
+    func killedSelectersLoseNothing() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let x = try SharedChannel<Int>(container, name: "x", capacity: .rendezvous)
+        let y = try SharedChannel<Int>(container, name: "y", capacity: .rendezvous)
+        let perSender = 1_000
+        let senders = try (0..<2).map { index in
+            try ChildProcess(["channel", "test-worker", "offer-loop", "x", "y", "--from", String(index * 10_000),
+                              "--count", String(perSender)], container: directory.path)
+        }
+        var selecters: [ChildProcess] = []
+        var ended = Set<Int>() // indices of selecters killed or exited
+        var kills = 0
+        let start = ContinuousClock.now
+        while senders.contains(where: { !$0.lines.contains("sent") }), ContinuousClock.now - start < .seconds(120) {
+            for (index, selecter) in selecters.enumerated() where !ended.contains(index) && selecter.outputClosed {
+                _ = try await selecter.wait()
+                ended.insert(index)
+            }
+            while selecters.indices.filter({ !ended.contains($0) }).count < 3 {
+                selecters.append(try ChildProcess(["channel", "test-worker", "select-receive", "x", "y", "--count", "1000"], container: directory.path))
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 5...60)))
+            // Kill one live selecter at a random moment of its work.
+            if let victim = selecters.indices.filter({ !ended.contains($0) && selecters[$0].lines.contains("ready") }).randomElement() {
+                selecters[victim].signal(SIGKILL)
+                _ = try await selecters[victim].wait()
+                ended.insert(victim)
+                kills += 1
+            }
+        }
+        for sender in senders {
+            try await sender.line(timeout: 60) { $0 == "sent" }
+            #expect(try await sender.wait() == 0)
+        }
+        for index in selecters.indices where !ended.contains(index) {
+            selecters[index].signal(SIGKILL)
+            _ = try await selecters[index].wait()
+        }
+        let acknowledged = senders.flatMap { $0.lines.filter { $0.hasPrefix("acked ") }.map { Int($0.dropFirst(6))! } }
+        var delivered = selecters.flatMap { $0.lines.filter { $0.hasPrefix("got ") }.map { Int($0.split(separator: " ")[2])! } }
+        // What is left: only elements handed to a selecter that died before taking them.
+        var left: [Int] = []
+        while let value = try x.tryReceive() { left.append(value) }
+        while let value = try y.tryReceive() { left.append(value) }
+        delivered += left
+        #expect(acknowledged.count == 2 * perSender)
+        #expect(kills >= 5, "only \(kills) selecters were killed")
+        #expect(Set(delivered).count == delivered.count, "an element was delivered twice")
+        #expect(Set(delivered).isSubset(of: Set(acknowledged)), "an element that no send acknowledged was delivered")
+        // A selecter killed after it took an element but before it printed it loses that one.
+        let missing = Set(acknowledged).subtracting(delivered)
+        #expect(missing.count <= kills, "\(missing.count) acknowledged elements lost with \(kills) kills")
+        #expect(left.count <= kills, "\(left.count) elements stayed in rendezvous channels (\(kills) kills)")
+        #expect(try x.trySend(-1) == false && y.trySend(-1) == false, "a dead selecter still counts as a waiting receiver")
+    }
+}
