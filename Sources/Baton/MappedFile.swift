@@ -55,7 +55,7 @@ package final class MappedFile: @unchecked Sendable {
 
     /// Flushes the mapping to disk.
     package func sync() throws {
-        try Sys.msync(pointer, size: size).get("syncing \(relativePath)")
+        try DurableSync.sync(mapping: pointer, size: size, of: fd).get("syncing \(relativePath)")
     }
 
     deinit {

@@ -298,7 +298,7 @@ public final class SharedContainer: Sendable {
             defer { Sys.close(fd) } // once, whichever step fails
             let data = Array(bytes)
             try data.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(temporary)") }
-            try Sys.fsync(fd).get("syncing \(temporary)")
+            try DurableSync.sync(fd).get("syncing \(temporary)")
         } catch {
             _ = Sys.unlinkat(directory, temporary)
             throw error

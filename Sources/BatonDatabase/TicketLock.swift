@@ -13,7 +13,7 @@ import CBatonShims
 /// Layout of `.baton/<name>` (fixed size, shared memory, atomics only):
 /// ```
 /// header (4096 bytes)
-///   0   magic "BATNTKT1"   8 version
+///   0   magic "BATNTKT2"   8 version
 ///   64  next      (u32) the ticket dispenser
 ///   128 serving   (u32) the ticket whose turn it is
 ///   256 sequence  (u64) bumped by the user of the lock (the shared database counts commits)
