@@ -174,6 +174,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         @Option var name: String
         @Option(transform: ArgumentCheck.positiveCount) var keys: Int = 50
         @Option(transform: ArgumentCheck.seconds) var seconds: Double = 5.0
+        @Option(help: "Sleep this long after each set (a daemon writing now and then).", transform: ArgumentCheck.count) var pauseMicroseconds: Int = 0
 
         func run() async throws {
             let defaults = try options.open()
@@ -186,6 +187,7 @@ struct DefaultsCommand: AsyncParsableCommand {
                     sequence += 1
                     try defaults.set(TestValue.make(writer: name, sequence: sequence), forKey: "k\(index)")
                     last[index] = sequence
+                    if pauseMicroseconds > 0 { usleep(UInt32(min(pauseMicroseconds, 1_000_000))) }
                 }
             }
             for index in 0..<keys { emit("last k\(index) \(last[index])") }

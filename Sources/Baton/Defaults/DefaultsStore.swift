@@ -19,6 +19,8 @@ final class DefaultsStore: Sendable {
     /// Log files smaller than this are grown rather than compacted (compaction rewrites and
     /// syncs a file; doing it rarely keeps sets cheap).
     static let compactionMinimum = 8 << 20
+    /// How often, at most, a write checks that the log was not cut short under it (one fstat).
+    static let sizeCheckInterval: UInt64 = 1_000_000
 
     let container: SharedContainer
     let suite: String
@@ -66,6 +68,8 @@ final class DefaultsStore: Sendable {
         var pending: [DefaultsLoss] = []
         /// The committed word disagreed with the log: `index` holds the log's valid records.
         var wordDisagrees = false
+        /// When a write last checked the log's size (``sizeCheckInterval``).
+        var sizeCheckedAt: UInt64 = 0
         /// Whether the next write must repair the log first.
         var needsHealing: Bool { !pending.isEmpty }
 
@@ -581,9 +585,14 @@ final class DefaultsStore: Sendable {
         let (acquired, token) = try DefaultsWriteLock.lock(meta, tokens: container.owners, timeout: lockTimeout, suite: suite)
         defer { DefaultsWriteLock.unlock(meta, token: token, tokens: container.owners) }
         var committed = baton_load64(meta.committed)
-        if committed >> DefaultsLogFormat.lengthBits == state.generation & DefaultsLogFormat.generationMask || state.wordDisagrees {
-            // One fstat before touching the mapping (the one system call a write makes): a log
-            // cut short by another program would fault (SIGBUS) on the append.
+        let now = baton_monotonic_ns()
+        if now &- state.sizeCheckedAt >= Self.sizeCheckInterval,
+           committed >> DefaultsLogFormat.lengthBits == state.generation & DefaultsLogFormat.generationMask || state.wordDisagrees {
+            // One fstat before touching the mapping: a log cut short by another program would
+            // fault (SIGBUS) on the append. At most once per interval (a system call costs more
+            // than a set), so a writer that sets now and then checks every time and one in a
+            // tight loop about once a millisecond; a cut inside that window still faults.
+            state.sizeCheckedAt = now
             let size = try state.log.fileSize()
             if size < state.capacity {
                 try repairTruncation(&state, size: size, committed: committed)
