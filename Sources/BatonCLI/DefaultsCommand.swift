@@ -12,7 +12,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         commandName: "defaults",
         abstract: "Read, write and watch shared defaults (a crash-safe key-value store shared by processes).",
         subcommands: [
-            SetValue.self, Get.self, Remove.self, List.self, Watch.self, Verify.self,
+            SetValue.self, Get.self, Remove.self, List.self, Watch.self, Verify.self, Acknowledge.self,
             TestWriter.self, TestReader.self, TestIncrement.self, TestBigWriter.self, TestCheckBig.self, TestFill.self, TestDieMidWrite.self,
         ]
     )
@@ -145,8 +145,22 @@ struct DefaultsCommand: AsyncParsableCommand {
                 "corrupt_regions": .int(report.corruptRegions),
                 "dropped_tail_bytes": .int(report.droppedTailBytes),
                 "crash_repairs": .int(report.crashRepairs),
+                "losses": .array(report.losses.map { .string($0.description) }),
+                "report": .string(report.description),
             ])))
             if report.lostData { throw ExitCode(3) }
+        }
+    }
+
+    struct Acknowledge: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Repair what is pending, then forget the recorded losses (verify is clean again); prints what was acknowledged. Quarantine files are kept.")
+        @OptionGroup var options: SuiteOptions
+
+        func run() async throws {
+            let report = try options.open().acknowledgeRecovery()
+            for loss in report.losses { emit("acknowledged: \(loss)") }
+            emit(report.isClean ? "nothing to acknowledge" : "acknowledged")
         }
     }
 
@@ -160,6 +174,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         @Option var name: String
         @Option(transform: ArgumentCheck.positiveCount) var keys: Int = 50
         @Option(transform: ArgumentCheck.seconds) var seconds: Double = 5.0
+        @Option(help: "Sleep this long after each set (a daemon writing now and then).", transform: ArgumentCheck.count) var pauseMicroseconds: Int = 0
 
         func run() async throws {
             let defaults = try options.open()
@@ -172,6 +187,7 @@ struct DefaultsCommand: AsyncParsableCommand {
                     sequence += 1
                     try defaults.set(TestValue.make(writer: name, sequence: sequence), forKey: "k\(index)")
                     last[index] = sequence
+                    if pauseMicroseconds > 0 { usleep(UInt32(min(pauseMicroseconds, 1_000_000))) }
                 }
             }
             for index in 0..<keys { emit("last k\(index) \(last[index])") }

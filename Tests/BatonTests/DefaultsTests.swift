@@ -238,9 +238,14 @@ struct DefaultsTests {
             #expect(defaults.string(forKey: "key\(index)") == "value-number-\(index)")
         }
         #expect(defaults.string(forKey: "key3") == nil)
-        // The damaged record was dropped from the file: a fresh reader finds it clean.
+        // A write drops the damaged record from the file (keeping its bytes in quarantine); the
+        // loss stays reported to every process until acknowledged.
+        try defaults.set("after", forKey: "probe")
         let again = try await runBaton(["defaults", "verify"], container: path)
-        #expect(again.status == 0)
+        #expect(again.status == 3)
+        #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
+        let acknowledged = try await runBaton(["defaults", "verify"], container: path)
+        #expect(acknowledged.status == 0)
     }
 
     @Test func aDamagedHeaderIsRewrittenAndTheRecordsKept() async throws {

@@ -146,6 +146,8 @@ enum DefaultsLogFormat {
         var corruptBytes = 0
         /// How many such regions.
         var corruptRegions = 0
+        /// Those regions.
+        var regions: [Range<Int>] = []
         /// Where invalid bytes after the last valid record start, if any (a torn tail, or
         /// corruption of the last records).
         var invalidTailStart: Int?
@@ -168,6 +170,7 @@ enum DefaultsLogFormat {
                 if let start = invalidStart {
                     result.corruptBytes += position - start
                     result.corruptRegions += 1
+                    result.regions.append(start..<position)
                     invalidStart = nil
                 }
                 body(position, entries)
@@ -180,6 +183,28 @@ enum DefaultsLogFormat {
         }
         if invalidStart == nil, position < to { invalidStart = position }
         result.invalidTailStart = invalidStart
+        return result
+    }
+
+    /// The entries a damaged record at `range.lowerBound` seems to hold (its checksum failed):
+    /// read leniently from its length word, for the report only. Empty when nothing readable.
+    static func salvage(_ base: UnsafeRawPointer, _ range: Range<Int>) -> [(Operation, String)] {
+        guard range.count >= recordHeaderSize + entryHeaderSize + 1 else { return [] }
+        let length = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt32.self)))
+        let end = range.lowerBound + recordHeaderSize + min(length, range.count - recordHeaderSize)
+        var position = range.lowerBound + recordHeaderSize
+        var result: [(Operation, String)] = []
+        while end - position >= entryHeaderSize {
+            guard let operation = Operation(rawValue: base.load(fromByteOffset: position, as: UInt8.self)) else { break }
+            let keyLength = Int(UInt16(littleEndian: base.loadUnaligned(fromByteOffset: position + 2, as: UInt16.self)))
+            let valueLength = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: position + 4, as: UInt32.self)))
+            guard keyLength >= 1, keyLength <= end - position - entryHeaderSize,
+                  let key = String(validating: UnsafeRawBufferPointer(start: base + position + entryHeaderSize, count: keyLength), as: UTF8.self)
+            else { break }
+            if operation != .fence { result.append((operation, key)) }
+            guard valueLength <= end - position - entryHeaderSize - keyLength else { break }
+            position += entryHeaderSize + keyLength + valueLength
+        }
         return result
     }
 

@@ -19,6 +19,8 @@ final class DefaultsStore: Sendable {
     /// Log files smaller than this are grown rather than compacted (compaction rewrites and
     /// syncs a file; doing it rarely keeps sets cheap).
     static let compactionMinimum = 8 << 20
+    /// How often, at most, a write checks that the log was not cut short under it (one fstat).
+    static let sizeCheckInterval: UInt64 = 1_000_000
 
     let container: SharedContainer
     let suite: String
@@ -59,9 +61,17 @@ final class DefaultsStore: Sendable {
         /// The highest fencing epoch written per scope.
         var fences: [String: UInt64] = [:]
         var liveBytes = 0
+        /// Counters of what this process repaired (crash repairs, torn tails, headers).
         var report = DefaultsRecoveryReport()
-        /// Damaged records were found: the next write compacts them away.
-        var needsHealing = false
+        /// Damage found by the last full read of the log and not yet repaired: reported, read
+        /// around, and repaired by the next write (under the writer lock).
+        var pending: [DefaultsLoss] = []
+        /// The committed word disagreed with the log: `index` holds the log's valid records.
+        var wordDisagrees = false
+        /// When a write last checked the log's size (``sizeCheckInterval``).
+        var sizeCheckedAt: UInt64 = 0
+        /// Whether the next write must repair the log first.
+        var needsHealing: Bool { !pending.isEmpty }
 
         init(log: MappedFile, generation: UInt64, length: Int, seen: UInt64) {
             self.log = log
@@ -108,17 +118,19 @@ final class DefaultsStore: Sendable {
         if !meta.isValid(bootID: bootID) {
             try Self.withInitializationLock(meta.file.fd, suite: suite) {
                 guard !meta.isValid(bootID: bootID) else { return }
-                let (word, recovery) = try Self.recoverFromDisk(container, logPath: "defaults/\(suite).log", suite: suite)
-                report.merge(recovery)
+                // The old meta's word (from before a reboot) tells committed bytes from a torn write.
+                let previous = meta.file.size >= DefaultsMeta.size ? baton_load64(meta.committed) : nil
+                let (word, recovery, loss) = try Self.recoverFromDisk(container, logPath: "defaults/\(suite).log", suite: suite, committedWord: previous)
+                report = recovery
+                if let loss { try DefaultsLossFile.append([loss], container, suite: suite) }
                 meta.initialize(bootID: bootID, committed: word)
             }
         }
         var initial = try Self.openCurrent(container, meta: meta, logPath: logPath, suite: suite)
-        initial.report.merge(report)
+        initial.report.droppedTailBytes += report.droppedTailBytes
+        initial.report.headerRepaired = initial.report.headerRepaired || report.headerRepaired
+        // Damage found here is reported and read around; only a write repairs it.
         state = Mutex(initial)
-        if initial.needsHealing {
-            try state.withLock { state in try withWriterLock(&state) { _ in } }
-        }
     }
 
     static func fnv1a(_ text: String) -> UInt64 {
@@ -145,9 +157,16 @@ final class DefaultsStore: Sendable {
     // MARK: - Opening and recovery
 
     /// Finds the valid records of the log on disk (creating the log when missing), zeroes any
-    /// torn tail and returns the committed word to publish. Caller holds the writer lock or the
-    /// meta's initialisation lock.
-    static func recoverFromDisk(_ container: SharedContainer, logPath: String, suite: String) throws -> (UInt64, DefaultsRecoveryReport) {
+    /// invalid tail and returns the committed word to publish. Caller holds the writer lock or
+    /// the meta's initialisation lock.
+    ///
+    /// `committedWord` is the word the meta held: tail bytes before its length were committed,
+    /// so dropping them is a loss, returned with a quarantine copy of the log as it was; tail
+    /// bytes past it are an interrupted write (no loss). `nil`: unknown, every non-zero tail byte
+    /// is kept in quarantine before it is zeroed.
+    static func recoverFromDisk(
+        _ container: SharedContainer, logPath: String, suite: String, committedWord: UInt64?
+    ) throws -> (UInt64, DefaultsRecoveryReport, DefaultsLoss?) {
         var report = DefaultsRecoveryReport()
         let fd = try container.openFile(logPath, flags: O_RDWR | O_CREAT)
         let size = Int(try Sys.fstat(fd).get("checking \(logPath)").st_size)
@@ -158,7 +177,7 @@ final class DefaultsStore: Sendable {
             var header = [UInt8](repeating: 0, count: DefaultsLogFormat.headerSize)
             header.withUnsafeMutableBytes { DefaultsLogFormat.writeHeader($0.baseAddress!, generation: 1) }
             try header.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing the header of \(logPath)") }
-            return (DefaultsLogFormat.committedWord(generation: 1, length: DefaultsLogFormat.headerSize), report)
+            return (DefaultsLogFormat.committedWord(generation: 1, length: DefaultsLogFormat.headerSize), report, nil)
         }
         Sys.close(fd)
         let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
@@ -169,74 +188,176 @@ final class DefaultsStore: Sendable {
             DefaultsLogFormat.writeHeader(base, generation: 1)
             generation = 1
         }
+        var committedLength: Int?
+        if let committedWord, committedWord >> DefaultsLogFormat.lengthBits == generation! & DefaultsLogFormat.generationMask {
+            committedLength = Int(committedWord & DefaultsLogFormat.lengthMask)
+        }
         let scan = DefaultsLogFormat.scan(base, from: DefaultsLogFormat.headerSize, to: file.size) { _, _ in }
-        report.corruptBytes += scan.corruptBytes
-        report.corruptRegions += scan.corruptRegions
+        var loss: DefaultsLoss?
         if let tail = scan.invalidTailStart {
             // Zero the bytes of the interrupted write so no later scan mistakes them for data.
             var last = file.size
             while last > tail && !DefaultsLogFormat.hasNonZeroByte(base, max(tail, last - 4096)..<last) { last -= 4096 }
             last = max(last, tail)
             if last > tail {
-                report.droppedTailBytes += last - tail
+                if tail < (committedLength ?? Int.max) {
+                    // Committed bytes (or bytes nobody can vouch for) that are not valid records:
+                    // kept before they are dropped.
+                    let copy = try DefaultsLossFile.quarantine(base, count: last, container, suite: suite)
+                    var found = DefaultsLoss(kind: .corruptTail, offset: tail, byteCount: last - tail,
+                                             detail: committedLength == nil
+                                                ? "found while rebuilding the suite's meta; the valid records before it were kept"
+                                                : "the valid records before it were kept and the damaged bytes dropped from the log")
+                    let keys = DefaultsLogFormat.salvage(base, tail..<last)
+                    found.lostKeys = Array(Set(keys.filter { $0.0 == .set }.map(\.1))).sorted()
+                    found.keysUnknown = keys.isEmpty
+                    found.quarantineFile = copy
+                    loss = found
+                } else {
+                    report.droppedTailBytes += last - tail
+                }
                 (base + tail).initializeMemory(as: UInt8.self, repeating: 0, count: last - tail)
             }
         }
-        return (DefaultsLogFormat.committedWord(generation: generation!, length: scan.end), report)
+        return (DefaultsLogFormat.committedWord(generation: generation!, length: scan.end), report, loss)
     }
 
-    /// Maps the log of the generation `committed` names and replays it from the start.
-    static func openCurrent(_ container: SharedContainer, meta: DefaultsMeta, logPath: String, suite: String) throws -> State {
+    /// Maps the log of the generation `committed` names and replays it from the start, checking
+    /// the word against the log: the log's checksummed records win. A word that disagrees with
+    /// them (another generation, a length past the file, or not on a record boundary, valid
+    /// records past it) is reported and the log read as it is. Writes nothing but a damaged
+    /// 64-byte header (which every process would rewrite identically).
+    ///
+    /// - Parameter truncatedFrom: the size this process had mapped when it found the file
+    ///   shorter (cut by another program), for the report.
+    static func openCurrent(_ container: SharedContainer, meta: DefaultsMeta, logPath: String, suite: String, truncatedFrom: Int? = nil) throws -> State {
+        var previous: UInt64?
+        var stable = 0
         for attempt in 0..<1_000 {
             let word = baton_load64(meta.committed)
+            let pendingEnd = baton_load64(meta.pendingEnd)
             let generation = word >> DefaultsLogFormat.lengthBits
             let length = Int(word & DefaultsLogFormat.lengthMask)
             let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
+            guard file.size >= DefaultsLogFormat.headerSize else {
+                throw BatonError(.corrupt, "\(container.absolutePath(logPath)) is shorter than its header (cut short by another program?); the next write to suite \"\(suite)\" rebuilds it and reports the loss")
+            }
             var headerRepaired = false
-            if DefaultsLogFormat.readHeader(file.pointer, size: file.size) == nil && file.size >= DefaultsLogFormat.headerSize {
+            if DefaultsLogFormat.readHeader(file.pointer, size: file.size) == nil {
                 // A damaged header (the records after it have their own checksums): the meta
                 // says which generation this file is; every process would write the same bytes.
                 DefaultsLogFormat.writeHeader(file.pointer, generation: generation)
                 headerRepaired = true
             }
             guard let fileGeneration = DefaultsLogFormat.readHeader(file.pointer, size: file.size) else {
-                throw BatonError(.corrupt, "\(container.absolutePath(logPath)) is shorter than its header; delete the suite's .meta and .log files while no process uses them")
+                throw BatonError(.corrupt, "the header of \(container.absolutePath(logPath)) cannot be repaired")
             }
-            guard fileGeneration & DefaultsLogFormat.generationMask == generation else {
-                // A compaction renamed a newer file before publishing it: look again.
-                if attempt > 10 { usleep(50) }
-                continue
+            if fileGeneration & DefaultsLogFormat.generationMask != generation {
+                // A compaction renamed a newer file before publishing it: look again. A word that
+                // stays put while disagreeing is damaged (or its writer stopped): read the log.
+                if word == previous { stable += 1 } else { previous = word; stable = 0 }
+                if stable < 20 {
+                    if attempt > 10 { usleep(50) }
+                    continue
+                }
+                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                               why: "names generation \(generation), the log is generation \(fileGeneration & DefaultsLogFormat.generationMask)")
             }
-            guard length <= file.size, length >= DefaultsLogFormat.headerSize else {
-                throw BatonError(.corrupt, "defaults suite \"\(suite)\" says \(length) bytes are committed but its log holds \(file.size); delete the suite's .meta file while no process uses it to rebuild it from the log")
+            guard length >= DefaultsLogFormat.headerSize, length <= file.size else {
+                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                               why: "says \(length) bytes are committed, the log holds \(file.size)")
             }
             var state = State(log: file, generation: fileGeneration, length: DefaultsLogFormat.headerSize, seen: word)
             state.report.headerRepaired = headerRepaired
-            replay(&state, to: length)
+            let scan = replay(&state, to: length)
+            guard scan.invalidTailStart == nil else {
+                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                               why: "says \(length) bytes are committed, but the bytes before that do not end with a whole record")
+            }
+            // Valid records past the committed end (and past a write in progress) mean the word
+            // went back: they would be lost, or a removed key come back, if it were believed.
+            // (A write in progress holds the writer lock; with the lock free there is none.)
+            let writing = SharedMutex(meta.lockMemory).currentOwner != 0
+            let inFlight = writing && pendingEnd >= UInt64(length) && pendingEnd <= UInt64(file.size) ? Int(pendingEnd) : length
+            if inFlight < file.size, DefaultsLogFormat.hasNonZeroByte(file.pointer, inFlight..<file.size) {
+                let beyond = DefaultsLogFormat.scan(file.pointer, from: DefaultsLogFormat.align(inFlight), to: file.size) { _, _ in }
+                if beyond.end > DefaultsLogFormat.align(inFlight) {
+                    // A writer may have appended meanwhile: look again unless the words stayed put.
+                    if baton_load64(meta.committed) != word || baton_load64(meta.pendingEnd) != pendingEnd { continue }
+                    return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                                   why: "says \(length) bytes are committed, but valid records follow up to \(beyond.end)")
+                }
+            }
+            state.pending = damage(state, scan.regions)
             return state
         }
         throw BatonError(.busy, "the log of defaults suite \"\(suite)\" kept changing generation while being opened; retry")
     }
 
-    /// Applies the records in `state.length..<end` to the index.
-    private static func replay(_ state: inout State, to end: Int) {
+    /// The state the log's own records give, when the committed word disagrees with them: every
+    /// valid record of the file, replayed; the disagreement and any damage reported.
+    private static func fromLog(_ file: MappedFile, generation: UInt64, word: UInt64, truncatedFrom: Int?, headerRepaired: Bool, why: String) -> State {
+        let claimed = Int(word & DefaultsLogFormat.lengthMask)
+        var state = State(log: file, generation: generation, length: DefaultsLogFormat.headerSize, seen: word)
+        state.report.headerRepaired = headerRepaired
+        let scan = replay(&state, to: file.size)
+        state.length = scan.end
+        state.wordDisagrees = true
+        var losses = damage(state, scan.regions)
+        if let truncatedFrom {
+            var loss = DefaultsLoss(kind: .truncated, offset: file.size, byteCount: max(0, min(claimed, truncatedFrom) - file.size),
+                                    detail: "found by a reader (the log was \(truncatedFrom) bytes); the next write extends it again and keeps the records before the cut")
+            loss.keysUnknown = true
+            losses.append(loss)
+        } else if let tail = scan.invalidTailStart, claimed > tail, claimed <= file.size,
+                  DefaultsLogFormat.hasNonZeroByte(file.pointer, tail..<claimed) {
+            var loss = DefaultsLoss(kind: .corruptTail, offset: tail, byteCount: claimed - tail,
+                                    detail: "found by this process, not repaired yet: the next write repairs the log and keeps these bytes")
+            classify(&loss, state, DefaultsLogFormat.salvage(file.pointer, tail..<claimed), before: tail)
+            losses.append(loss)
+        } else {
+            losses.append(DefaultsLoss(kind: .committedWordDisagreed, offset: 0, byteCount: 0,
+                                       detail: "the committed word (generation \(word >> DefaultsLogFormat.lengthBits), \(claimed) bytes) \(why); the log's checksummed records were read instead (they end at \(scan.end))"))
+        }
+        state.pending = losses
+        return state
+    }
+
+    /// Describes the damaged regions found by a replay of the whole log into `state`.
+    private static func damage(_ state: State, _ regions: [Range<Int>]) -> [DefaultsLoss] {
+        regions.map { region in
+            var loss = DefaultsLoss(kind: .corruptRecord, offset: region.lowerBound, byteCount: region.count,
+                                    detail: "found by this process, not repaired yet: the next write repairs the log and keeps these bytes")
+            classify(&loss, state, DefaultsLogFormat.salvage(state.base, region), before: region.lowerBound)
+            return loss
+        }
+    }
+
+    /// Sorts the keys a damaged record held by what its loss did to them.
+    private static func classify(_ loss: inout DefaultsLoss, _ state: State, _ entries: [(DefaultsLogFormat.Operation, String)], before offset: Int) {
+        loss.keysUnknown = entries.isEmpty
+        var seen = Set<String>()
+        for (operation, key) in entries where seen.insert(key).inserted {
+            let current = state.index[key]
+            switch operation {
+            case .set:
+                if let current { if current.valueOffset < offset { loss.rolledBackKeys.append(key) } } else { loss.lostKeys.append(key) }
+            case .remove:
+                if let current, current.valueOffset < offset { loss.resurrectedKeys.append(key) }
+            case .fence: break
+            }
+        }
+    }
+
+    /// Applies the records in `state.length..<end` to the index; returns what the scan found.
+    @discardableResult
+    private static func replay(_ state: inout State, to end: Int) -> DefaultsLogFormat.Scan {
         let base = UnsafeRawPointer(state.base)
         let scan = DefaultsLogFormat.scan(base, from: state.length, to: end) { _, entries in
             for entry in entries { apply(&state, entry, base: base) }
         }
-        var damaged = scan.corruptBytes
-        var regions = scan.corruptRegions
-        if let tail = scan.invalidTailStart {
-            // Committed bytes that are not valid records: damage at the end.
-            damaged += end - tail
-            regions += 1
-        }
-        if damaged > 0 {
-            state.report.corruptBytes += damaged
-            state.report.corruptRegions += regions
-            state.needsHealing = true
-        }
         state.length = end
+        return scan
     }
 
     @inline(__always)
@@ -274,20 +395,44 @@ final class DefaultsStore: Sendable {
     private func catchUp(_ state: inout State, _ word: UInt64) throws {
         let generation = word >> DefaultsLogFormat.lengthBits
         let length = Int(word & DefaultsLogFormat.lengthMask)
-        if generation != state.generation & DefaultsLogFormat.generationMask || length < state.length {
-            let report = state.report
-            state = try Self.openCurrent(container, meta: meta, logPath: logPath, suite: suite)
-            state.report.merge(report)
+        // One fstat before touching the mapping: a log cut short under this process (by another
+        // program) would fault there (SIGBUS). Only when another process wrote, not per read.
+        let size = try state.log.fileSize()
+        if size < state.capacity {
+            do {
+                try reopen(&state, truncatedFrom: state.capacity)
+            } catch {
+                // Keep nothing that points past the cut.
+                state.index = state.index.filter { $0.value.cached != nil }
+                throw error
+            }
+            return
+        }
+        if generation != state.generation & DefaultsLogFormat.generationMask || length < state.length || state.wordDisagrees {
+            try reopen(&state)
             return
         }
         if length > state.capacity {
-            try state.remap(try state.log.fileSize())
-            guard length <= state.capacity else {
-                throw BatonError(.corrupt, "defaults suite \"\(suite)\" says \(length) bytes are committed but its log holds \(state.capacity)")
-            }
+            try state.remap(size)
+            guard length <= state.capacity else { try reopen(&state); return }
         }
-        Self.replay(&state, to: length)
+        let scan = Self.replay(&state, to: length)
+        if scan.invalidTailStart != nil || scan.corruptRegions > 0 {
+            // Damage, or a word that does not match the log: read it all again, checked.
+            try reopen(&state)
+            return
+        }
         state.seen = word
+    }
+
+    /// Reads the current log again from the start (checking the word against it), keeping this
+    /// process's counters.
+    private func reopen(_ state: inout State, truncatedFrom: Int? = nil) throws {
+        let counters = state.report
+        state = try Self.openCurrent(container, meta: meta, logPath: logPath, suite: suite, truncatedFrom: truncatedFrom)
+        state.report.droppedTailBytes += counters.droppedTailBytes
+        state.report.crashRepairs += counters.crashRepairs
+        state.report.headerRepaired = state.report.headerRepaired || counters.headerRepaired
     }
 
     // MARK: - Reading
@@ -335,22 +480,43 @@ final class DefaultsStore: Sendable {
         }
     }
 
-    var recoveryReport: DefaultsRecoveryReport { state.withLock { $0.report } }
+    /// This process's counters, the losses recorded in the suite, and the damage this process
+    /// found that no writer has repaired yet.
+    var recoveryReport: DefaultsRecoveryReport {
+        let recorded = DefaultsLossFile.read(container, suite: suite)
+        return state.withLock { Self.report($0, recorded: recorded) }
+    }
 
-    /// Checks every committed record of the current log again (a byte may have changed on disk
-    /// since it was read) and returns the report, including what this call found.
+    private static func report(_ state: State, recorded: [DefaultsLoss]) -> DefaultsRecoveryReport {
+        var report = state.report
+        report.losses = recorded + state.pending
+        for loss in state.pending where loss.kind == .corruptRecord || loss.kind == .corruptTail {
+            report.corruptBytes += loss.byteCount
+            report.corruptRegions += 1
+        }
+        return report
+    }
+
+    /// Reads the whole log again (a byte may have changed on disk since it was read), checks
+    /// every record and the committed word against it, and returns the report. Repairs nothing.
     func verify() throws -> DefaultsRecoveryReport {
+        let recorded = DefaultsLossFile.read(container, suite: suite)
+        return try state.withLock { state in
+            try reopen(&state)
+            return Self.report(state, recorded: recorded)
+        }
+    }
+
+    /// Repairs what is pending (recording it), then forgets every recorded loss.
+    /// Returns the report as it was just before.
+    func acknowledgeRecovery() throws -> DefaultsRecoveryReport {
         try state.withLock { state in
-            try refresh(&state)
-            let scan = DefaultsLogFormat.scan(state.base, from: DefaultsLogFormat.headerSize, to: state.length) { _, _ in }
-            var damaged = scan.corruptBytes
-            if let tail = scan.invalidTailStart { damaged += state.length - tail }
-            if damaged > 0 {
-                state.report.corruptBytes += damaged
-                state.report.corruptRegions += scan.corruptRegions + (scan.invalidTailStart == nil ? 0 : 1)
-                state.needsHealing = true
+            try withWriterLock(&state) { state in
+                let acknowledged = Self.report(state, recorded: DefaultsLossFile.read(container, suite: suite))
+                try DefaultsLossFile.clear(container, suite: suite)
+                state.report = DefaultsRecoveryReport()
+                return acknowledged
             }
-            return state.report
         }
     }
 
@@ -418,23 +584,86 @@ final class DefaultsStore: Sendable {
     private func withWriterLock<R>(_ state: inout State, _ body: (inout State) throws -> R) throws -> R {
         let (acquired, token) = try DefaultsWriteLock.lock(meta, tokens: container.owners, timeout: lockTimeout, suite: suite)
         defer { DefaultsWriteLock.unlock(meta, token: token, tokens: container.owners) }
-        let committed = baton_load64(meta.committed)
+        var committed = baton_load64(meta.committed)
+        let now = baton_monotonic_ns()
+        if now &- state.sizeCheckedAt >= Self.sizeCheckInterval,
+           committed >> DefaultsLogFormat.lengthBits == state.generation & DefaultsLogFormat.generationMask || state.wordDisagrees {
+            // One fstat before touching the mapping: a log cut short by another program would
+            // fault (SIGBUS) on the append. At most once per interval (a system call costs more
+            // than a set), so a writer that sets now and then checks every time and one in a
+            // tight loop about once a millisecond; a cut inside that window still faults.
+            state.sizeCheckedAt = now
+            let size = try state.log.fileSize()
+            if size < state.capacity {
+                try repairTruncation(&state, size: size, committed: committed)
+                committed = baton_load64(meta.committed)
+            }
+        }
         if acquired == .ownerDied || baton_load64(meta.pendingEnd) != committed & DefaultsLogFormat.lengthMask {
-            // A writer died in the middle of an append (or of a compaction): find the valid
-            // records on disk and publish them. If this fails, the pending-end check brings the
-            // next writer back here.
-            let (word, recovery) = try Self.recoverFromDisk(container, logPath: logPath, suite: suite)
+            // A writer died in the middle of an append (or of a compaction), or the words
+            // disagree: find the valid records on disk and publish them. If this fails, the
+            // pending-end check brings the next writer back here.
+            let (word, recovery, loss) = try Self.recoverFromDisk(container, logPath: logPath, suite: suite, committedWord: committed)
+            var losses = loss.map { [$0] } ?? []
+            if acquired != .ownerDied && word != committed {
+                losses.append(DefaultsLoss(kind: .committedWordDisagreed, offset: 0, byteCount: 0, detail: "the committed word said \(committed & DefaultsLogFormat.lengthMask) bytes (generation \(committed >> DefaultsLogFormat.lengthBits)) and the pending end \(baton_load64(meta.pendingEnd)); the log's checksummed records end at \(word & DefaultsLogFormat.lengthMask) (generation \(word >> DefaultsLogFormat.lengthBits)); the word was republished from them, no record dropped"))
+            }
+            try DefaultsLossFile.append(losses, container, suite: suite)
             baton_store64(meta.pendingEnd, word & DefaultsLogFormat.lengthMask)
             baton_store64(meta.committed, word)
-            state.report.merge(recovery)
-            state.report.crashRepairs += 1
+            state.report.droppedTailBytes += recovery.droppedTailBytes
+            state.report.headerRepaired = state.report.headerRepaired || recovery.headerRepaired
+            if acquired == .ownerDied { state.report.crashRepairs += 1 }
         }
         try refresh(&state)
-        if state.needsHealing {
-            try compact(&state, reserving: 0)
-            state.needsHealing = false
-        }
+        if state.needsHealing { try heal(&state) }
         return try body(&state)
+    }
+
+    /// Repairs the damage the last read found: keeps a copy of the log as it is, records the
+    /// losses in the suite, then compacts the valid records into a new log. Caller holds the
+    /// writer lock and has caught up.
+    private func heal(_ state: inout State) throws {
+        var losses = state.pending
+        if losses.contains(where: \.lostData) {
+            var end = state.length
+            for loss in losses where loss.kind == .corruptRecord || loss.kind == .corruptTail { end = max(end, loss.offset + loss.byteCount) }
+            let copy = try DefaultsLossFile.quarantine(state.base, count: min(end, state.capacity), container, suite: suite)
+            for index in losses.indices where losses[index].lostData { losses[index].quarantineFile = copy }
+        }
+        for index in losses.indices {
+            if losses[index].kind == .committedWordDisagreed {
+                losses[index].detail += "; a writer republished the word from the log (no record dropped)"
+            } else if losses[index].detail.hasPrefix("found by") {
+                losses[index].detail = "a writer kept the valid records and dropped the damaged bytes from the log"
+            }
+        }
+        // Recorded before the compaction drops anything: a crash in between reports twice,
+        // never not at all.
+        try DefaultsLossFile.append(losses, container, suite: suite)
+        try compact(&state, reserving: 0)
+    }
+
+    /// The log was cut short by another program under this process: extend it again (zeros), so
+    /// no process that maps it faults, recover the records before the cut, and record the loss.
+    /// Caller holds the writer lock.
+    private func repairTruncation(_ state: inout State, size: Int, committed: UInt64) throws {
+        let cut = state.length
+        let affected = state.index.compactMap { $0.value.valueOffset + $0.value.valueLength > size ? $0.key : nil }
+        try FileSpace.reserve(state.log.fd, from: size, to: state.capacity, path: container.absolutePath(logPath))
+        let (word, _, tail) = try Self.recoverFromDisk(container, logPath: logPath, suite: suite, committedWord: committed)
+        baton_store64(meta.pendingEnd, word & DefaultsLogFormat.lengthMask)
+        baton_store64(meta.committed, word)
+        try reopen(&state)
+        var loss = DefaultsLoss(kind: .truncated, offset: size, byteCount: max(0, cut - size),
+                                detail: "a writer extended the log again and kept the records before the cut; the values after it are gone")
+        for key in affected.sorted() {
+            if state.index[key] != nil { loss.rolledBackKeys.append(key) } else { loss.lostKeys.append(key) }
+        }
+        loss.quarantineFile = tail?.quarantineFile
+        try DefaultsLossFile.append([loss], container, suite: suite)
+        // What the reopen found about the cut is in `loss`; other damage stays pending.
+        state.pending.removeAll { $0.kind == .committedWordDisagreed || ($0.kind == .corruptTail && $0.offset >= size - 8) }
     }
 
     /// Copies a record into the mapping and publishes it. Caller holds the writer lock and has
@@ -590,6 +819,6 @@ final class DefaultsStore: Sendable {
         let report = state.report
         state = State(log: file, generation: generation, length: DefaultsLogFormat.headerSize, seen: word)
         state.report = report
-        Self.replay(&state, to: position)
+        Self.replay(&state, to: position) // fresh: no damage, no pending loss
     }
 }

@@ -22,7 +22,10 @@ import Foundation
 /// is held between calls, so there is nothing to release before suspension).
 ///
 /// Durability: a kill -9 at any instant leaves the old or the new value of every key, never a
-/// torn one; records that fail their checksum are dropped and counted in ``recoveryReport``; a
+/// torn one; records that fail their checksum are read around, reported in ``recoveryReport``
+/// until acknowledged (a key rolled back to an older value is a loss), and their bytes kept in
+/// a quarantine file when a writer repairs the log; a log cut short by another program is
+/// extended again at the next write and the loss reported; a
 /// full disk makes the write throw `noSpace` and keeps the old value. Writes reach the page
 /// cache, not the disk (like `UserDefaults` and MMKV): they survive a crash of the process, not
 /// a power loss of the machine.
@@ -309,14 +312,28 @@ public final class SharedDefaults: Sendable {
 
     // MARK: - Integrity
 
-    /// What this process found and repaired while reading the log: damaged records dropped
-    /// (``DefaultsRecoveryReport/lostData``), interrupted writes discarded, crash repairs.
+    /// What is wrong or was repaired: the losses recorded in the suite and not yet acknowledged
+    /// (``DefaultsRecoveryReport/losses``, the same in every process), damage this process found
+    /// that no writer has repaired yet, and this process's crash repairs.
+    ///
+    /// A process that only reads never rewrites the files: it reads around damage and reports
+    /// it here; the next write repairs it, keeping the dropped bytes in a quarantine file.
     public var recoveryReport: DefaultsRecoveryReport { store.recoveryReport }
 
-    /// Checks every record of the log against its checksum again and returns the updated
-    /// ``recoveryReport``. Damaged records are dropped from the file at the next write.
+    /// Reads the whole log again, checks every record's checksum and the meta's committed word
+    /// against the records, and returns the updated ``recoveryReport``. Repairs nothing; recorded
+    /// losses stay reported until ``acknowledgeRecovery()``.
     /// - Throws: a ``BatonError`` when the log cannot be read.
     public func verify() throws -> DefaultsRecoveryReport { try store.verify() }
+
+    /// Repairs damage not yet repaired (under the writer lock, keeping what it drops in a
+    /// quarantine file), then forgets every recorded loss: ``recoveryReport`` and ``verify()``
+    /// are clean again in every process (until new damage). Quarantine files
+    /// (`.baton/defaults/<suite>.quarantine-<n>`) are kept; delete them when done with them.
+    /// - Returns: The report as it was, with every loss just acknowledged.
+    /// - Throws: `busy` when the writer lock stays held; file-system errors.
+    @discardableResult
+    public func acknowledgeRecovery() throws -> DefaultsRecoveryReport { try store.acknowledgeRecovery() }
 }
 
 extension BatonError.Code {

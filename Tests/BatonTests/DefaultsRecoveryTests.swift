@@ -1,0 +1,205 @@
+import Baton
+import Foundation
+import BatonTestSupport
+import Testing
+
+/// Damage to a suite's files (issue 16, findings 2, 3 and 9): a reader never rewrites the files,
+/// the log's checksummed records win over the meta's `committed` word, what a repair drops is
+/// kept in a quarantine file, and the loss stays reported (in every process, by every `verify`)
+/// until someone acknowledges it.
+@Suite("Shared defaults recovery", .serialized)
+struct DefaultsRecoveryTests {
+    static let committedOffset: UInt64 = 128
+
+    static func files(_ path: String, suite: String = "standard") -> (log: String, meta: String) {
+        (path + "/.baton/defaults/\(suite).log", path + "/.baton/defaults/\(suite).meta")
+    }
+
+    static func read(_ file: String) throws -> [UInt8] { try [UInt8](Data(contentsOf: URL(fileURLWithPath: file))) }
+
+    static func pwrite(_ file: String, _ bytes: [UInt8], at offset: UInt64) throws {
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: file))
+        try handle.seek(toOffset: offset)
+        try handle.write(contentsOf: Data(bytes))
+        try handle.close()
+    }
+
+    static func committedWord(_ path: String) throws -> UInt64 {
+        let bytes = try read(files(path).meta)
+        return bytes[128..<136].enumerated().reduce(0) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
+    }
+
+    static func setCommittedWord(_ path: String, _ word: UInt64) throws {
+        try pwrite(files(path).meta, (0..<8).map { UInt8(truncatingIfNeeded: word >> (8 * UInt64($0))) }, at: committedOffset)
+    }
+
+    /// 31 keys, one key set twice, one key set then removed: what every case expects back.
+    static func populate(_ path: String) throws -> [String: String] {
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        var expected: [String: String] = [:]
+        for index in 0..<30 {
+            try defaults.set("value-\(index)", forKey: "key\(index)")
+            expected["key\(index)"] = "value-\(index)"
+        }
+        try defaults.set("gone", forKey: "removed")
+        try defaults.set("first", forKey: "twice")
+        try defaults.removeValue(forKey: "removed")
+        try defaults.set("second", forKey: "twice")
+        expected["twice"] = "second"
+        return expected
+    }
+
+    static func list(_ path: String) async throws -> [String: String] {
+        let list = try await runBaton(["defaults", "list", "--json"], container: path)
+        #expect(list.status == 0, "\(list.errors)")
+        let object = try JSONSerialization.jsonObject(with: Data(list.lines.joined().utf8)) as? [String: Any] ?? [:]
+        return object.compactMapValues { $0 as? String }
+    }
+
+    // MARK: - Finding 2
+
+    /// The meta's `committed` word set to an arbitrary value, or with one bit flipped (length
+    /// bits, generation bits): a reader in another process reads every key from the log (none
+    /// lost, none resurrected), says the word disagrees, and does not rewrite the log; the next
+    /// writer republishes the word from the log; the repair stays reported until acknowledged.
+    @Test(arguments: [
+        "value:0", "value:0x0000010000000040", "value:0xFFFFFFFFFFFFFFFF",
+        "bit:3", "bit:5", "bit:8", "bit:11", "bit:39", "bit:40", "bit:50", "bit:63",
+    ])
+    func aCorruptCommittedWordLosesNoKey(_ corruption: String) async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        let expected = try Self.populate(path)
+        let word = try Self.committedWord(path)
+        let parts = corruption.split(separator: ":")
+        let damaged: UInt64 = parts[0] == "bit"
+            ? word ^ (1 << UInt64(parts[1])!)
+            : UInt64(parts[1].dropFirst(parts[1].hasPrefix("0x") ? 2 : 0), radix: parts[1].hasPrefix("0x") ? 16 : 10)!
+        try Self.setCommittedWord(path, damaged)
+        let logBefore = try Self.read(Self.files(path).log)
+
+        let get = try await runBaton(["defaults", "get", "key7"], container: path)
+        #expect(get.status == 0 && get.lines == ["value-7"], "\(corruption): \(get.lines) \(get.errors)")
+        #expect(get.errors.contains { $0.contains("committed") }, "\(corruption): the reader says the word disagrees: \(get.errors)")
+        #expect(try await Self.list(path) == expected, "\(corruption): every key, none resurrected")
+        #expect(try Self.read(Self.files(path).log) == logBefore, "\(corruption): a reader rewrote the log")
+        #expect(try Self.committedWord(path) == damaged, "\(corruption): a reader rewrote the meta")
+
+        let verify = try await runBaton(["defaults", "verify"], container: path)
+        #expect(verify.lines.first?.contains("\"clean\":false") == true, "\(corruption): \(verify.lines)")
+        #expect(verify.lines.first?.contains("\"lost_data\":false") == true, "\(corruption): \(verify.lines)")
+
+        // A writer repairs under the write lock: nothing is dropped, the word is right again.
+        #expect(try await runBaton(["defaults", "set", "after", "yes"], container: path).status == 0)
+        var after = expected
+        after["after"] = "yes"
+        #expect(try await Self.list(path) == after, "\(corruption)")
+        let reported = try await runBaton(["defaults", "verify"], container: path)
+        #expect(reported.lines.first?.contains("\"clean\":false") == true, "\(corruption): the repair is reported until acknowledged: \(reported.lines)")
+        #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
+        let clean = try await runBaton(["defaults", "verify"], container: path)
+        #expect(clean.status == 0 && clean.lines.first?.contains("\"clean\":true") == true, "\(corruption): \(clean.lines)")
+        #expect(try await Self.list(path) == after, "\(corruption)")
+    }
+
+    // MARK: - Finding 3
+
+    /// A record in the middle of the log fails its checksum: it held the newest values of two
+    /// keys and the removal of a third. A reader reads around it without rewriting the file and
+    /// reports the rollback; the writer that repairs keeps the bytes in a quarantine file; every
+    /// later opener and `verify` reports the loss until it is acknowledged.
+    @Test func aCorruptRecordIsARollbackReportedUntilAcknowledged() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        do {
+            let defaults = try SharedDefaults(SharedContainer(path: path))
+            try defaults.set("old-a", forKey: "a")
+            try defaults.set("old-b", forKey: "b")
+            try defaults.set("was-c", forKey: "c")
+            try defaults.transaction { transaction in
+                try transaction.set("new-a", forKey: "a")
+                try transaction.set("new-b", forKey: "b")
+                try transaction.removeValue(forKey: "c")
+            }
+            try defaults.set("later", forKey: "d")
+        }
+        let logFile = Self.files(path).log
+        var bytes = try Self.read(logFile)
+        let needle = Array("new-a".utf8)
+        let position = try #require((0..<(bytes.count - needle.count)).first { Array(bytes[$0..<($0 + needle.count)]) == needle })
+        bytes[position + 2] ^= 0x01
+        try Self.pwrite(logFile, [bytes[position + 2]], at: UInt64(position + 2))
+        let damaged = try Self.read(logFile)
+
+        // A reader: reads around the damage, says what it means, rewrites nothing.
+        let get = try await runBaton(["defaults", "get", "a"], container: path)
+        #expect(get.lines == ["old-a"], "\(get.lines)")
+        #expect(get.errors.contains { $0.contains("rolled back") }, "\(get.errors)")
+        let verify = try await runBaton(["defaults", "verify"], container: path)
+        #expect(verify.status == 3, "\(verify.lines)")
+        #expect(try Self.read(logFile) == damaged, "a reader rewrote the log")
+
+        // A writer repairs, keeping the dropped bytes.
+        #expect(try await runBaton(["defaults", "set", "e", "1"], container: path).status == 0)
+        #expect(try Self.read(logFile) != damaged, "the writer compacted the damage away")
+        let names = try FileManager.default.contentsOfDirectory(atPath: path + "/.baton/defaults")
+        let quarantine = try #require(names.first { $0.hasPrefix("standard.quarantine-") }, "\(names)")
+        let kept = try Self.read(path + "/.baton/defaults/" + quarantine)
+        #expect(kept.count >= position + needle.count && Array(kept[0..<(position + needle.count)]) == Array(damaged[0..<(position + needle.count)]))
+
+        // Every later opener, in any process, and every verify, until acknowledged.
+        for _ in 0..<2 {
+            let again = try await runBaton(["defaults", "verify"], container: path)
+            #expect(again.status == 3, "\(again.lines)")
+            let warned = try await runBaton(["defaults", "get", "d"], container: path)
+            #expect(warned.lines == ["later"])
+            #expect(warned.errors.contains { $0.contains("rolled back") && $0.contains(quarantine) }, "\(warned.errors)")
+        }
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        #expect(defaults.recoveryReport.lostData)
+        #expect(try defaults.verify().lostData)
+        #expect(defaults.string(forKey: "a") == "old-a")
+        #expect(defaults.string(forKey: "c") == "was-c")
+        #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
+        let clean = try await runBaton(["defaults", "verify"], container: path)
+        #expect(clean.status == 0 && clean.lines.first?.contains("\"clean\":true") == true, "\(clean.lines)")
+        #expect(!(try defaults.verify().lostData))
+        #expect(FileManager.default.fileExists(atPath: path + "/.baton/defaults/" + quarantine), "acknowledging keeps the quarantine file")
+    }
+
+    // MARK: - Finding 9
+
+    /// Another program truncates the log under a running writer and a watcher: neither dies of a
+    /// signal, the writer goes on writing, and the loss is reported until acknowledged.
+    ///
+    /// The writer sets a key every 2 ms (a daemon): its check is one fstat before it touches the
+    /// mapping, so a cut landing in the microseconds between that check and the copy would still
+    /// fault; a writer setting in a tight loop is not guarded against that race.
+    @Test func aLogTruncatedUnderAWriterAndAWatcher() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        #expect(try await runBaton(["defaults", "set", "k0", "start"], container: path).status == 0)
+        let watcher = try ChildProcess(["defaults", "watch", "k0", "--announce", "--timeout", "6"], container: path)
+        try await watcher.line(timeout: 30) { $0 == "ready" }
+        let writer = try ChildProcess(["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "4", "--pause-microseconds", "2000"], container: path)
+        try await writer.line(timeout: 30) { $0 == "ready" }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(truncate(Self.files(path).log, 64 + 200) == 0)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(truncate(Self.files(path).log, 100) == 0)
+
+        let writerStatus = try await writer.wait(timeout: 60)
+        #expect(writerStatus == 0, "writer: \(writer.errorLines.suffix(3))")
+        #expect(writer.lines.contains { $0.hasPrefix("done") })
+        let watcherStatus = try await watcher.wait(timeout: 60)
+        #expect(watcherStatus < 128, "watcher died of signal \(watcherStatus - 128)")
+
+        #expect(try await runBaton(["defaults", "set", "after", "1"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "get", "after"], container: path).lines == ["1"])
+        let verify = try await runBaton(["defaults", "verify"], container: path)
+        #expect(verify.status == 3, "the truncation is reported as a loss: \(verify.lines)")
+        #expect(verify.lines.first?.contains("truncated") == true, "\(verify.lines)")
+        #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "verify"], container: path).status == 0)
+    }
+}
