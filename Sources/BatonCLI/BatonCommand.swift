@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonSimulator
 import CBatonShims
 import CBatonHarness
 
@@ -80,7 +81,7 @@ struct BatonCommand: AsyncParsableCommand {
         case let error as ValidationError:
             usageError(error.message, command)
         case let error as DecodingError:
-            FileHandleOutput.standardError(oneLine("Error: " + explain(error)))
+            FileHandleOutput.standardError(oneLine("Error: " + describeDecodingError(error)))
             Self.exit(withError: ExitStatus.damaged.exitCode)
         default:
             let code = exitCode(for: error)
@@ -157,22 +158,3 @@ extension String {
     }
 }
 
-/// A JSON decoding error in words (instead of `DecodingError.dataCorrupted(...)`).
-func explain(_ error: DecodingError) -> String {
-    func path(_ context: DecodingError.Context) -> String {
-        let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? "." + $0.stringValue }.joined()
-        return keys.isEmpty ? "" : " at \(keys)"
-    }
-    switch error {
-    case .dataCorrupted(let context):
-        return "not valid JSON\(path(context)): check quotes, commas and brackets"
-    case .keyNotFound(let key, let context):
-        return "the JSON lacks the key \"\(key.stringValue)\"\(path(context))"
-    case .typeMismatch(let type, let context):
-        return "the JSON has the wrong kind of value\(path(context)) (expected \(type))"
-    case .valueNotFound(let type, let context):
-        return "the JSON has null\(path(context)) where a \(type) is expected"
-    @unknown default:
-        return "the JSON could not be read"
-    }
-}

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonSimulator
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -67,8 +68,8 @@ struct DefaultsCommand: AsyncParsableCommand {
                 }
             case .json:
                 let parsed: AnyJSON
-                do { parsed = try JSONDecoder().decode(AnyJSON.self, from: Data(value.utf8)) } catch let error as DecodingError {
-                    throw ValidationError("the value is \(explain(error)) (pass JSON text, e.g. '{\"a\": 1}' or '\"text\"')")
+                do { parsed = try JSONDecoder().decode(AnyJSON.self, from: Data(value.utf8)) } catch {
+                    throw ValidationError("the value is \(describeDecodingError(error)) (pass JSON text, e.g. '{\"a\": 1}' or '\"text\"')")
                 }
                 try defaults.set(parsed, forKey: key)
             }

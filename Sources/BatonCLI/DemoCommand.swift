@@ -43,6 +43,9 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try checkRunContainer(container)
+        if let timeline { try checkOutputPath(timeline, option: "--timeline") }
+        if let events { try checkOutputPath(events, option: "--events") }
         let directory = try container ?? makeTemporaryDirectory(prefix: "baton-demo")
         defer { if container == nil { removeTree(directory) } }
         let seed = self.seed ?? UInt64.random(in: 1...999_999)

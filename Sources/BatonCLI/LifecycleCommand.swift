@@ -70,6 +70,10 @@ struct LifecycleCommand: AsyncParsableCommand {
 
         func run() async throws {
             let container = try options.open()
+            guard pid > 0 else { throw ValidationError("--pid must be a process id (1 or more)") }
+            if kill(pid, 0) != 0, errno == ESRCH {
+                throw CommandOutcome(.notFound, "not found: no process \(pid) is running; its background time cannot end")
+            }
             try container.signals.post(SignalledBackgroundTasks.signalName(pid: pid))
             emit(try jsonLine(JSONValue.object(["event": .string("expired"), "pid": .int(Int(pid))])))
         }
