@@ -31,6 +31,7 @@ struct BatonCommand: AsyncParsableCommand {
             BenchCommand.self,
             BenchWorkerCommand.self,
             KernelTestCommand.self,
+            InspectCommand.self,
             DemoCommand.self, SimulateCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
             SimulatorLockHolderCommand.self, SimulatorGRDBAppCommand.self,
         ]
