@@ -76,7 +76,7 @@ struct DemoCommand: AsyncParsableCommand {
             let schedule = report.faultSchedule.isEmpty ? [] : ["fault schedule: \(report.faultSchedule.joined(separator: "; "))"]
             emitTextReport(summary(report), extra: schedule, timeline: timeline, failures: report.failures)
         }
-        if !report.failures.isEmpty { throw ExitCode(1) }
+        if !report.failures.isEmpty { throw CommandOutcome(.absent, "INVARIANTS FAILED: \(report.failures.count) (see the report)") }
     }
 
     private func summary(_ report: DemoReport) -> [(String, String)] {

@@ -12,7 +12,8 @@ import BatonDatabase
 enum ExitStatus: Int32, CaseIterable, Sendable {
     /// It worked.
     case success = 0
-    /// The answer is no: the key is absent, the message was not claimed, nothing is there.
+    /// The answer is no: the key is absent, the message was not claimed, a run (`demo`,
+    /// `simulate`) broke an invariant.
     case absent = 1
     /// A deadline (`--timeout`) passed first.
     case timedOut = 3
@@ -38,7 +39,7 @@ enum ExitStatus: Int32, CaseIterable, Sendable {
     var meaning: String {
         switch self {
         case .success: return "success"
-        case .absent: return "absent or false (key not set, message not claimed)"
+        case .absent: return "absent or false (key not set, message not claimed, an invariant failed)"
         case .timedOut: return "timed out (--timeout passed)"
         case .busy: return "busy (another process holds the role or lock)"
         case .ended: return "ended by the other side (channel closed, role lost)"

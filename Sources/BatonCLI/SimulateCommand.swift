@@ -59,7 +59,7 @@ struct SimulateCommand: AsyncParsableCommand {
             }
             emitTextReport(summary(report), extra: kills, timeline: timeline, failures: report.failures)
         }
-        if !report.failures.isEmpty { throw ExitCode(1) }
+        if !report.failures.isEmpty { throw CommandOutcome(.absent, "INVARIANTS FAILED: \(report.failures.count) (see the report)") }
     }
 
     private func summary(_ report: ScenarioReport) -> [(String, String)] {
