@@ -50,7 +50,14 @@ struct BatonCommand: AsyncParsableCommand {
             // ends with the subcommand's usage.
             let code = exitCode(for: error)
             if code == .validationFailure {
-                FileHandleOutput.standardError(fullMessage(for: error).trimmingTrailingNewlines)
+                // One line: ArgumentParser's message, then the subcommand's usage and where its
+                // help is, folded into the same line (scripts read one line per failure).
+                let lines = fullMessage(for: error).split(whereSeparator: \.isNewline).map(String.init)
+                let usage = lines.first { $0.hasPrefix("Usage: ") }.map { String($0.dropFirst("Usage: ".count)) }
+                let see = lines.lazy.map { String($0.drop { $0 == " " }) }.first { $0.hasPrefix("See '") }
+                var line = lines.first ?? "Error: invalid arguments"
+                if let usage { line += " (usage: \(usage)\(see.map { "; " + $0.prefix(1).lowercased() + $0.dropFirst() } ?? ""))" }
+                FileHandleOutput.standardError(oneLine(line))
                 Self.exit(withError: ExitStatus.invalidInput.exitCode)
             }
             exit(withError: error)
@@ -67,8 +74,8 @@ struct BatonCommand: AsyncParsableCommand {
         }
     }
 
-    /// Ends the process after `command` threw `error`: one line on standard error, the status of
-    /// ``ExitStatus``, and for invalid input the subcommand's usage.
+    /// Ends the process after `command` threw `error`: one line on standard error (for invalid
+    /// input, with the subcommand's usage) and the status of ``ExitStatus``.
     static func finish(_ command: any ParsableCommand.Type, _ error: any Error) -> Never {
         switch error {
         case let outcome as CommandOutcome:
@@ -92,12 +99,12 @@ struct BatonCommand: AsyncParsableCommand {
         }
     }
 
-    /// A usage error found after parsing: the message, then the subcommand's usage (status 64).
+    /// A usage error found after parsing: the message and the subcommand's usage, in one line
+    /// like a usage error found while parsing (status 64).
     static func usageError(_ message: String, _ command: any ParsableCommand.Type) -> Never {
         let path = commandPath(command)
-        FileHandleOutput.standardError(oneLine("Error: " + message))
-        FileHandleOutput.standardError("Usage: " + usageString(for: command).trimmingTrailingNewlines)
-        FileHandleOutput.standardError("  See '\(path) --help' for more information.")
+        let usage = oneLine(usageString(for: command).trimmingTrailingNewlines)
+        FileHandleOutput.standardError(oneLine("Error: \(message) (usage: \(usage); see '\(path) --help' for more information.)"))
         Self.exit(withError: ExitStatus.invalidInput.exitCode)
     }
 

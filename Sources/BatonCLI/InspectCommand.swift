@@ -253,7 +253,7 @@ struct ContainerInspector {
             case .problem(let problem): damaged(metaFile, problem)
             }
             let log: [UInt8]
-            switch read(logFile) {
+            switch read(logFile, limit: Int.max) {
             case .bytes(let bytes): log = bytes
             case .missing:
                 damaged(logFile, "missing (the suite's values are lost)")

@@ -87,7 +87,7 @@ struct LifecycleCommand: AsyncParsableCommand {
             discussion: "Prints {\"event\":\"listening\",\"port\":N}. Reads commands on standard input: drop, refuse, accept, records (prints every record as JSON), quit.",
             shouldDisplay: false)
 
-        @Option(help: "The port (default: an ephemeral one).") var port: UInt16 = 0
+        @Option(help: "The port (0: an ephemeral one).") var port: UInt16 = 0
 
         func run() async throws {
             let server = try LoopbackServer(port: port)
