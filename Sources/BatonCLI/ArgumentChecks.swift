@@ -39,6 +39,18 @@ enum ArgumentCheck {
         return value
     }
 
+    /// A signal state: a whole number from 0 to `UInt64.max`.
+    static func state(_ text: String) throws -> UInt64 {
+        if let value = UInt64(text) { return value }
+        if let value = Int(text), value < 0 {
+            throw ValidationError("a state is a whole number from 0 to \(UInt64.max); \(value) is negative")
+        }
+        if text.allSatisfy(\.isNumber), !text.isEmpty {
+            throw ValidationError("a state is a whole number from 0 to \(UInt64.max); \(text) is too large")
+        }
+        throw ValidationError("a state is a whole number from 0 to \(UInt64.max), not '\(text.prefix(40))'")
+    }
+
     /// A count from 0 up.
     static func count(_ text: String) throws -> Int {
         guard let value = Int(text) else { throw ValidationError("not a whole number") }

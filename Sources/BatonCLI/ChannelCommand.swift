@@ -90,7 +90,7 @@ struct ChannelCommand: AsyncParsableCommand {
 
     struct Send: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Send one JSON value. Exits 0 once sent (rendezvous: once received), 1 on timeout, 2 when the channel is closed.")
+            abstract: "Send one JSON value. Exits 0 once sent (rendezvous: once received), 3 on timeout, 5 when the channel is closed.")
         @OptionGroup var channel: ChannelOptions
         @Argument(help: "A JSON value, e.g. '{\"id\": 7}' or '\"hello\"'.") var json: String
         @Option(help: "Give up after this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
@@ -101,21 +101,19 @@ struct ChannelCommand: AsyncParsableCommand {
             do {
                 try await channel.send(element, deadline: try .option(timeout))
             } catch let error as BatonError where error.code == .timedOut {
-                FileHandleOutput.standardError("timed out: no receiver or no room before the deadline")
-                throw ExitCode(1)
+                throw CommandOutcome.timedOut("no receiver or no room in channel \(self.channel.name)", after: timeout)
             } catch let error as BatonError where error.code == .closed {
-                FileHandleOutput.standardError("\(error)")
-                throw ExitCode(2)
+                throw CommandOutcome(.ended, "closed: channel \(self.channel.name) is closed; nothing more can be sent")
             }
         }
     }
 
     struct Receive: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print received JSON values, one per line. Exits 0 after --count values or when the channel is closed and drained, 1 on timeout.")
+            abstract: "Print received JSON values, one per line. Exits 0 after --count values or when the channel is closed and drained, 3 on timeout.")
         @OptionGroup var channel: ChannelOptions
         @Option(help: "Exit after this many values.", transform: ArgumentCheck.count) var count: Int?
-        @Option(help: "Exit with status 1 when the next value takes longer than this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Exit with status 3 when the next value takes longer than this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double?
 
         func run() async throws {
             let channel = try self.channel.open()
@@ -126,7 +124,7 @@ struct ChannelCommand: AsyncParsableCommand {
                     received += 1
                     emit(try jsonLine(element))
                 } catch let error as BatonError where error.code == .timedOut {
-                    throw ExitCode(1)
+                    throw CommandOutcome.timedOut("\(received) values received from channel \(self.channel.name), no next one", after: timeout)
                 } catch let error as BatonError where error.code == .malformedFrame {
                     FileHandleOutput.standardError("skipped: \(error)")
                 }

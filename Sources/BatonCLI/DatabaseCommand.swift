@@ -19,7 +19,7 @@ struct DatabaseCommand: AsyncParsableCommand {
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Integrity check, journal mode, WAL size, page count, schema version, and the processes that hold the database open. Exits 1 when the integrity check fails.")
+            abstract: "Integrity check, journal mode, WAL size, page count, schema version, and the processes that hold the database open. Exits 6 when the integrity check fails.")
         @Option(name: .long, help: "The shared container directory, to name the holders' kinds (default: $BATON_CONTAINER).")
         var container: String?
         @Argument(help: "The database file.") var path: String
@@ -32,18 +32,18 @@ struct DatabaseCommand: AsyncParsableCommand {
             } else {
                 for line in report.lines { emit(line) }
             }
-            if !report.integrityOK { throw ExitCode(1) }
+            if !report.integrityOK { throw CommandOutcome(.damaged, "damaged: the integrity check of \(path) failed") }
         }
     }
 
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print a line per commit made by any process: `commit seq=N count=K pid=P`, or `commit external` for a program that does not use Baton. Exits 0 after --count commits, 1 on timeout.")
+            abstract: "Print a line per commit made by any process: `commit seq=N count=K pid=P`, or `commit external` for a program that does not use Baton. Exits 0 after --count commits, 3 on timeout.")
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The database file.") var path: String
         @Option(help: "Only commits that changed this table (external writes are always shown).") var table: String?
         @Option(help: "Exit after this many commits.", transform: ArgumentCheck.count) var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Exit with status 3 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
         @Option(help: "Seconds between checks for writes by programs that do not use Baton.", transform: ArgumentCheck.positiveSeconds) var poll: Double = 1
         @Flag(help: "Print 'ready' once watching (for scripts and tests).") var announce = false
 
@@ -81,7 +81,7 @@ struct DatabaseCommand: AsyncParsableCommand {
                 defer { group.cancelAll() }
                 return try await group.next() ?? true
             }
-            if !finished { throw ExitCode(1) }
+            if !finished { throw CommandOutcome.timedOut("\(count.map { "\($0) commits" } ?? "commits") to \(path)", after: timeout) }
         }
     }
 }

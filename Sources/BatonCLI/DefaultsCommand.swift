@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonSimulator
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -19,7 +20,16 @@ struct DefaultsCommand: AsyncParsableCommand {
 
     struct SuiteOptions: ParsableArguments {
         @OptionGroup var container: ContainerOptions
-        @Option(help: "The suite (default: standard).") var suite = "standard"
+        @Option(help: "The suite: a group of keys with its own files.") var suite = "standard"
+
+        /// Whether the suite has files yet, checked without creating anything (reading a suite
+        /// that was never written must not create it).
+        func exists() throws -> Bool {
+            let container = try self.container.open()
+            try SharedContainer.validateName(suite, what: "a defaults suite name")
+            var info = stat()
+            return lstat(container.batonPath + "/defaults/\(suite).meta", &info) == 0
+        }
 
         func open() throws -> SharedDefaults {
             let defaults = try SharedDefaults(container.open(), suite: suite)
@@ -59,7 +69,7 @@ struct DefaultsCommand: AsyncParsableCommand {
             case .json:
                 let parsed: AnyJSON
                 do { parsed = try JSONDecoder().decode(AnyJSON.self, from: Data(value.utf8)) } catch {
-                    throw ValidationError("the value is not valid JSON: \(error)")
+                    throw ValidationError("the value is \(describeDecodingError(error)) (pass JSON text, e.g. '{\"a\": 1}' or '\"text\"')")
                 }
                 try defaults.set(parsed, forKey: key)
             }
@@ -67,12 +77,17 @@ struct DefaultsCommand: AsyncParsableCommand {
     }
 
     struct Get: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the value of KEY; exit 1 when it is absent.")
+        static let configuration = CommandConfiguration(abstract: "Print the value of KEY; exit 1 (and say so on standard error) when it is absent.")
         @OptionGroup var options: SuiteOptions
         @Argument(help: "The key.") var key: String
 
         func run() async throws {
-            guard let value = try options.open().storedValue(forKey: key) else { throw ExitCode(1) }
+            guard try options.exists() else {
+                throw CommandOutcome(.absent, "absent: \(key) is not set (suite \(options.suite) has no values)")
+            }
+            guard let value = try options.open().storedValue(forKey: key) else {
+                throw CommandOutcome(.absent, "absent: \(key) is not set in suite \(options.suite)")
+            }
             emit(render(value))
         }
     }
@@ -91,7 +106,7 @@ struct DefaultsCommand: AsyncParsableCommand {
         @Flag(help: "Print one JSON object, key to value.") var json = false
 
         func run() async throws {
-            let values = try options.open().dictionaryRepresentation()
+            let values = try options.exists() ? try options.open().dictionaryRepresentation() : [:]
             if json {
                 emit(try jsonLine(values.mapValues(jsonValue)))
             } else {
@@ -102,11 +117,11 @@ struct DefaultsCommand: AsyncParsableCommand {
 
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print a line per change of KEY in any process (KEY=VALUE, or 'KEY removed'). Exits 0 after --count changes, 1 on timeout.")
+            abstract: "Print a line per change of KEY in any process (KEY=VALUE, or 'KEY removed'). Exits 0 after --count changes, 3 on timeout.")
         @OptionGroup var options: SuiteOptions
         @Argument(help: "The key.") var key: String
         @Option(help: "Exit after this many changes.", transform: ArgumentCheck.count) var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Exit with status 3 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
         @Flag(help: "Print 'ready' once watching (for scripts and tests).") var announce = false
 
         func run() async throws {
@@ -125,7 +140,7 @@ struct DefaultsCommand: AsyncParsableCommand {
                         emit("\(changed) removed")
                     }
                 } catch let error as BatonError where error.code == .timedOut {
-                    throw ExitCode(1)
+                    throw CommandOutcome.timedOut("\(key) in suite \(options.suite) changed \(seen) times\(count.map { " of \($0) expected" } ?? "")", after: timeout)
                 }
             }
         }
@@ -133,10 +148,13 @@ struct DefaultsCommand: AsyncParsableCommand {
 
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Check every record's checksum; print the recovery report as JSON. Exits 3 when data was lost to corruption.")
+            abstract: "Check every record's checksum; print the recovery report as JSON. Exits 6 when data was lost to corruption, 66 when the suite does not exist.")
         @OptionGroup var options: SuiteOptions
 
         func run() async throws {
+            guard try options.exists() else {
+                throw CommandOutcome(.notFound, "not found: suite \(options.suite) has no files in this container")
+            }
             let report = try options.open().verify()
             emit(try jsonLine(JSONValue.object([
                 "clean": .bool(report.isClean),
@@ -148,7 +166,7 @@ struct DefaultsCommand: AsyncParsableCommand {
                 "losses": .array(report.losses.map { .string($0.description) }),
                 "report": .string(report.description),
             ])))
-            if report.lostData { throw ExitCode(3) }
+            if report.lostData { throw CommandOutcome(.damaged, "damaged: suite \(options.suite) lost data to corruption (\(report.corruptBytes) bytes)") }
         }
     }
 

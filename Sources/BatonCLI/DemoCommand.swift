@@ -43,6 +43,9 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try checkRunContainer(container)
+        if let timeline { try checkOutputPath(timeline, option: "--timeline") }
+        if let events { try checkOutputPath(events, option: "--events") }
         let directory = try container ?? makeTemporaryDirectory(prefix: "baton-demo")
         defer { if container == nil { removeTree(directory) } }
         let seed = self.seed ?? UInt64.random(in: 1...999_999)
@@ -73,7 +76,7 @@ struct DemoCommand: AsyncParsableCommand {
             let schedule = report.faultSchedule.isEmpty ? [] : ["fault schedule: \(report.faultSchedule.joined(separator: "; "))"]
             emitTextReport(summary(report), extra: schedule, timeline: timeline, failures: report.failures)
         }
-        if !report.failures.isEmpty { throw ExitCode(1) }
+        if !report.failures.isEmpty { throw CommandOutcome(.absent, "INVARIANTS FAILED: \(report.failures.count) (see the report)") }
     }
 
     private func summary(_ report: DemoReport) -> [(String, String)] {

@@ -41,7 +41,7 @@ struct InboxCommand: AsyncParsableCommand {
 
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print a message's payload, waiting for another process to store it. Exits 1 on timeout.")
+            abstract: "Print a message's payload, waiting for another process to store it. Exits 3 on timeout.")
         @OptionGroup var options: InboxOptions
         @Argument(help: "The message id.") var id: String
         @Option(help: "Give up after this many seconds (default: wait forever).", transform: ArgumentCheck.seconds) var timeout: Double?
@@ -53,8 +53,7 @@ struct InboxCommand: AsyncParsableCommand {
             case .message(let message, _):
                 emit(String(decoding: message.payload, as: UTF8.self))
             case .timedOut:
-                FileHandleOutput.standardError("timed out waiting for message \(id)")
-                throw ExitCode(1)
+                throw CommandOutcome.timedOut("no message \(id) stored", after: timeout)
             }
         }
     }
@@ -62,7 +61,7 @@ struct InboxCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the stored messages (ids, sizes, times; not payloads).")
         @OptionGroup var options: InboxOptions
-        @Flag(help: "JSON: an array of {id, bytes, receivedAt, expiresAt, shownBy, shownAt}.") var json = false
+        @Flag(help: "JSON: an array of {id, bytes, received_at, expires_at, shown_by, shown_at}.") var json = false
 
         func run() async throws {
             let messages = try await options.open().messages()
@@ -86,7 +85,7 @@ struct InboxCommand: AsyncParsableCommand {
         func run() async throws {
             let claimed = try await options.open().claimForDisplay(id: id, by: by)
             emit("\(claimed ? "claimed" : "not-claimed") \(id)")
-            if !claimed { throw ExitCode(1) }
+            if !claimed { throw CommandOutcome(.absent, "not claimed: message \(id) is claimed by another caller or is not stored") }
         }
     }
 
@@ -94,10 +93,10 @@ struct InboxCommand: AsyncParsableCommand {
         .object([
             "id": .string(message.id),
             "bytes": .int(message.payload.count),
-            "receivedAt": .string(iso8601(message.receivedAt)),
-            "expiresAt": .string(iso8601(message.expiresAt)),
-            "shownBy": message.shownBy.map { .string($0) } ?? .null,
-            "shownAt": message.shownAt.map { .string(iso8601($0)) } ?? .null,
+            "received_at": .string(iso8601(message.receivedAt)),
+            "expires_at": .string(iso8601(message.expiresAt)),
+            "shown_by": message.shownBy.map { .string($0) } ?? .null,
+            "shown_at": message.shownAt.map { .string(iso8601($0)) } ?? .null,
         ])
     }
 }

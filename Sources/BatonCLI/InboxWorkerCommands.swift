@@ -137,7 +137,7 @@ extension InboxCommand {
                 for try await result in group { any = any || result }
                 return any
             }
-            if timedOut { throw ExitCode(1) }
+            if timedOut { throw CommandOutcome(.timedOut, "timed out: a message was not handled before the extension's deadline") }
         }
     }
 }

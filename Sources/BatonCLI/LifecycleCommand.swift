@@ -70,6 +70,10 @@ struct LifecycleCommand: AsyncParsableCommand {
 
         func run() async throws {
             let container = try options.open()
+            guard pid > 0 else { throw ValidationError("--pid must be a process id (1 or more)") }
+            if kill(pid, 0) != 0, errno == ESRCH {
+                throw CommandOutcome(.notFound, "not found: no process \(pid) is running; its background time cannot end")
+            }
             try container.signals.post(SignalledBackgroundTasks.signalName(pid: pid))
             emit(try jsonLine(JSONValue.object(["event": .string("expired"), "pid": .int(Int(pid))])))
         }
@@ -83,7 +87,7 @@ struct LifecycleCommand: AsyncParsableCommand {
             discussion: "Prints {\"event\":\"listening\",\"port\":N}. Reads commands on standard input: drop, refuse, accept, records (prints every record as JSON), quit.",
             shouldDisplay: false)
 
-        @Option(help: "The port (default: an ephemeral one).") var port: UInt16 = 0
+        @Option(help: "The port (0: an ephemeral one).") var port: UInt16 = 0
 
         func run() async throws {
             let server = try LoopbackServer(port: port)

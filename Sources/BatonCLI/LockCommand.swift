@@ -10,7 +10,7 @@ struct LockCommand: AsyncParsableCommand {
 
     struct Hold: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Wait for the lock, print 'acquired', hold it until SIGTERM or SIGINT. Exit 3 on timeout.")
+            abstract: "Wait for the lock, print 'acquired', hold it until SIGTERM or SIGINT. Exits 3 on timeout.")
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The lock file name, relative to .baton (e.g. locks/demo.lock).") var name: String
         @Flag(help: "Take a shared lock instead of an exclusive one.") var shared = false
@@ -25,7 +25,7 @@ struct LockCommand: AsyncParsableCommand {
                 held = try await lock.lock(shared ? .shared : .exclusive, deadline: try .option(timeout))
             } catch let error as BatonError where error.code == .timedOut {
                 emit("timeout")
-                throw ExitCode(3)
+                throw CommandOutcome.timedOut("the lock \(name) is held by another process", after: timeout)
             }
             emit("acquired")
             if let hold {

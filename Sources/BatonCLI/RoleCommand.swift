@@ -20,11 +20,13 @@ struct RoleCommand: AsyncParsableCommand {
             abstract: "Acquire a role, hold it, and print one JSON object per line for each event.",
             discussion: """
                 Events: acquired, stop-requested, critical-begin, critical-end, suspended, resumed, \
-                released, lost, busy. Exit status: 0 after a clean release, 3 when busy or timed out, \
-                4 when the lease was lost (overtaken, or taken while suspended).
+                released, lost, busy, interrupted. Exit status: 0 after a release (SIGTERM or SIGINT \
+                releases the role and exits 0; while waiting they stop the wait), 3 on timeout, 4 when \
+                busy (held or awaited at a higher priority), 5 when the lease was lost (overtaken, or \
+                taken while suspended).
                 """)
         @OptionGroup var options: ContainerOptions
-        @Option(help: "The role's name.") var name = "core"
+        @Argument(help: "The role's name.") var name = "core"
         @Option(help: "main (100) or executor (10).") var role: String?
         @Option(help: "Any integer priority (instead of --role).") var priority: Int?
         @Option(help: "What this process is, shown in the status.") var kind: String?
@@ -46,9 +48,10 @@ struct RoleCommand: AsyncParsableCommand {
             }
         }
 
-        enum Outcome: Sendable { case holdElapsed, stopRequested, lost }
+        enum Outcome: Sendable { case holdElapsed, stopRequested, lost, terminated }
 
         func run() async throws {
+            TerminationSignal.prepare()
             let container = try options.open()
             var roleOptions = RoleOptions()
             if let grace { roleOptions.gracePeriod = .seconds(grace) }
@@ -56,16 +59,33 @@ struct RoleCommand: AsyncParsableCommand {
             let handle = try container.role(name, options: roleOptions)
             let level: RolePriority = priority.map { RolePriority($0) } ?? (role == "main" ? .main : .executor)
             let lease: RoleLease
+            let deadline = try Deadline.option(timeout), kind = self.kind ?? (role ?? "process")
             do {
-                lease = try await handle.acquire(
-                    priority: level, kind: kind ?? (role ?? "process"), deadline: try .option(timeout))
+                // SIGTERM or SIGINT while waiting: stop waiting, holding nothing.
+                let acquired = try await withThrowingTaskGroup(of: RoleLease?.self) { group in
+                    group.addTask { try await handle.acquire(priority: level, kind: kind, deadline: deadline) }
+                    group.addTask {
+                        await TerminationSignal.wait()
+                        return nil
+                    }
+                    defer { group.cancelAll() }
+                    return try await group.next() ?? nil
+                }
+                guard let acquired else {
+                    emit(try jsonLine(JSONValue.object(["event": .string("interrupted")])))
+                    return
+                }
+                lease = acquired
             } catch let error as BatonError where error.code == .busy || error.code == .timedOut {
                 var fields: [String: JSONValue] = ["event": .string("busy"), "code": .string(error.code.rawValue), "message": .string(error.message)]
                 if let holder = try? handle.status().holder {
                     fields["holder"] = RoleCommand.json(holder)
                 }
                 emit(try jsonLine(JSONValue.object(fields)))
-                throw ExitCode(3)
+                if error.code == .timedOut {
+                    throw CommandOutcome.timedOut("role \(name) still held by another process", after: timeout)
+                }
+                throw CommandOutcome(.busy, "busy: \(error.message)")
             }
             emit(try jsonLine(JSONValue.object(["event": .string("acquired"), "epoch": .int(Int(lease.epoch)), "pid": .int(Int(getpid())), "priority": .int(level.value)])))
 
@@ -84,7 +104,7 @@ struct RoleCommand: AsyncParsableCommand {
                     for await request in lease.stopRequests {
                         emit(try jsonLine(JSONValue.object([
                             "event": .string("stop-requested"), "by": .int(request.priority.value),
-                            "pid": .int(Int(request.pid)), "deadline": .double(request.deadline.timeIntervalSince1970)])))
+                            "pid": .int(Int(request.pid)), "deadline": .string(iso8601(request.deadline))])))
                         if !ignoreStop { return .stopRequested }
                     }
                     if Task.isCancelled { return nil }
@@ -93,6 +113,10 @@ struct RoleCommand: AsyncParsableCommand {
                 group.addTask {
                     if let hold { try await Task.sleep(for: .seconds(hold)) }
                     return .holdElapsed
+                }
+                group.addTask {
+                    await TerminationSignal.wait()
+                    return Task.isCancelled ? nil : .terminated
                 }
                 if let suspendAfter {
                     group.addTask {
@@ -122,7 +146,7 @@ struct RoleCommand: AsyncParsableCommand {
                 let current = (try? handle.status().epoch) ?? 0
                 await lease.release()
                 emit(try jsonLine(JSONValue.object(["event": .string("lost"), "epoch": .int(Int(current)), "held": .int(Int(lease.epoch))])))
-                throw ExitCode(4)
+                throw CommandOutcome(.ended, "lost: role \(name) was taken by another process (epoch \(current); this process held \(lease.epoch))")
             }
             await lease.release()
             var fields: [String: JSONValue] = ["event": .string("released"), "epoch": .int(Int(lease.epoch))]
@@ -134,11 +158,24 @@ struct RoleCommand: AsyncParsableCommand {
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show who holds a role, in what state, and who waits.")
         @OptionGroup var options: ContainerOptions
-        @Option(help: "The role's name.") var name = "core"
+        @Argument(help: "The role's name.") var name = "core"
         @Flag(help: "Print one JSON object.") var json = false
 
         func run() async throws {
-            let status = try options.open().role(name).status()
+            let container = try options.open()
+            // A role nobody has used reads as free, without creating its files.
+            try SharedContainer.validateName(name, what: "a role name")
+            var info = stat()
+            guard lstat(container.batonPath + "/roles/\(name)", &info) == 0 else {
+                if json {
+                    emit(try jsonLine(JSONValue.object([
+                        "name": .string(name), "holder": .null, "waiters": .array([]), "epoch": .int(0), "heartbeat": .null])))
+                } else {
+                    emit("role \(name): free (never used)")
+                }
+                return
+            }
+            let status = try container.role(name).status()
             if json {
                 emit(try jsonLine(RoleCommand.json(status)))
                 return
@@ -218,10 +255,10 @@ struct RoleCommand: AsyncParsableCommand {
     static func json(_ holder: RoleStatus.Holder) -> JSONValue {
         var fields: [String: JSONValue] = [
             "priority": .int(holder.priority.value), "kind": .string(holder.kind), "pid": .int(Int(holder.pid)),
-            "epoch": .int(Int(holder.epoch)), "state": .string(holder.state.rawValue), "since": .double(holder.since.timeIntervalSince1970),
+            "epoch": .int(Int(holder.epoch)), "state": .string(holder.state.rawValue), "since": .string(iso8601(holder.since)),
         ]
         if let stop = holder.stopRequest {
-            fields["stopRequest"] = .object(["priority": .int(stop.priority.value), "pid": .int(Int(stop.pid)), "deadline": .double(stop.deadline.timeIntervalSince1970)])
+            fields["stop_request"] = .object(["priority": .int(stop.priority.value), "pid": .int(Int(stop.pid)), "deadline": .string(iso8601(stop.deadline))])
         }
         return .object(fields)
     }
@@ -231,10 +268,10 @@ struct RoleCommand: AsyncParsableCommand {
             "name": .string(status.name),
             "holder": status.holder.map(json) ?? .null,
             "waiters": .array(status.waiters.map { waiter in
-                .object(["priority": .int(waiter.priority.value), "kind": .string(waiter.kind), "pid": .int(Int(waiter.pid)), "since": .double(waiter.since.timeIntervalSince1970)])
+                .object(["priority": .int(waiter.priority.value), "kind": .string(waiter.kind), "pid": .int(Int(waiter.pid)), "since": .string(iso8601(waiter.since))])
             }),
             "epoch": .int(Int(status.epoch)),
-            "heartbeat": status.heartbeat.map { .double($0.timeIntervalSince1970) } ?? .null,
+            "heartbeat": status.heartbeat.map { .string(iso8601($0)) } ?? .null,
         ])
     }
 }

@@ -12,7 +12,8 @@ struct SignalCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Ring a signal, optionally setting its state.")
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The signal name (1-128 bytes).") var name: String
-        @Option(help: "A 64-bit state to set before ringing.") var state: UInt64?
+        @Option(parsing: .unconditional, help: "A state to set before ringing: a whole number from 0 to 18446744073709551615.", transform: ArgumentCheck.state)
+        var state: UInt64?
 
         func run() async throws {
             let signals = try options.open().signals
@@ -22,11 +23,11 @@ struct SignalCommand: AsyncParsableCommand {
 
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print one line per delivery: NAME state=N. Exits 0 after --count deliveries, 1 on timeout.")
+            abstract: "Print one line per delivery: NAME state=N. Exits 0 after --count deliveries, 3 on timeout.")
         @OptionGroup var options: ContainerOptions
         @Argument(help: "The signal name.") var name: String
         @Option(help: "Exit after this many deliveries.", transform: ArgumentCheck.count) var count: Int?
-        @Option(help: "Exit with status 1 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
+        @Option(help: "Exit with status 3 after this many seconds without finishing.", transform: ArgumentCheck.seconds) var timeout: Double?
         @Flag(help: "Print 'ready' once observing (for scripts and tests).") var announce = false
 
         func run() async throws {
@@ -41,7 +42,7 @@ struct SignalCommand: AsyncParsableCommand {
                     delivered += 1
                     emit("\(delivery.name) state=\(delivery.state)")
                 } catch let error as BatonError where error.code == .timedOut {
-                    throw ExitCode(1)
+                    throw CommandOutcome.timedOut("signal \(name) delivered \(delivered) times\(count.map { " of \($0) expected" } ?? "")", after: timeout)
                 }
             }
         }

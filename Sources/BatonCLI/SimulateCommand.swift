@@ -28,6 +28,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Run in this container directory instead of a temporary one.") var container: String?
 
     func run() async throws {
+        try checkRunContainer(container)
+        if let timeline { try checkOutputPath(timeline, option: "--timeline") }
+        if let events { try checkOutputPath(events, option: "--events") }
         var scenario = try Scenario.load(self.scenario)
         if let rule { scenario.rule = rule }
         if let seed {
@@ -56,7 +59,7 @@ struct SimulateCommand: AsyncParsableCommand {
             }
             emitTextReport(summary(report), extra: kills, timeline: timeline, failures: report.failures)
         }
-        if !report.failures.isEmpty { throw ExitCode(1) }
+        if !report.failures.isEmpty { throw CommandOutcome(.absent, "INVARIANTS FAILED: \(report.failures.count) (see the report)") }
     }
 
     private func summary(_ report: ScenarioReport) -> [(String, String)] {

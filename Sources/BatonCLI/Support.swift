@@ -17,7 +17,7 @@ import Glibc
 /// the handlers are in place would kill the process (a test may send SIGTERM as soon as the
 /// command says it is ready, while its main task has not reached ``wait()`` yet).
 enum TerminationSignal {
-    private static let state = Mutex<(fired: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private static let state = Mutex<(fired: Bool, next: Int, waiters: [Int: CheckedContinuation<Void, Never>])>((false, 0, [:]))
     private nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
     private static let installed: Void = {
         let queue = DispatchQueue(label: "baton.termination")
@@ -33,23 +33,33 @@ enum TerminationSignal {
     /// Catches SIGTERM and SIGINT from now on (idempotent).
     static func prepare() { _ = installed }
 
-    /// Returns once SIGTERM or SIGINT has arrived (since ``prepare()``).
+    /// Returns once SIGTERM or SIGINT has arrived (since ``prepare()``), or when the task is
+    /// cancelled.
     static func wait() async {
         prepare()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let fired = state.withLock { state -> Bool in
-                if !state.fired { state.waiters.append(continuation) }
-                return state.fired
+        let id = state.withLock { state -> Int in
+            state.next += 1
+            return state.next
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state -> Bool in
+                    if state.fired || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
             }
-            if fired { continuation.resume() }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
         }
     }
 
     private static func fire() {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.fired = true
-            defer { state.waiters = [] }
-            return state.waiters
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
         }
         for waiter in waiters { waiter.resume() }
     }

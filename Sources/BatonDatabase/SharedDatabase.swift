@@ -814,7 +814,7 @@ public final class SharedDatabase: Sendable {
     }
 
     /// FNV-1a 64 of the absolute path, as 16 hex digits.
-    static func identifier(ofPath path: String) -> String {
+    package static func identifier(ofPath path: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in path.utf8 {
             hash ^= UInt64(byte)

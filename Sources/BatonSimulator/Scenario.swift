@@ -158,7 +158,7 @@ public struct Scenario: Sendable, Hashable, Codable {
         do {
             scenario = try decoder.decode(Scenario.self, from: Data(bytes.utf8))
         } catch {
-            throw BatonError(.invalidArgument, "the scenario file \(path) is not valid: \(error)")
+            throw BatonError(.invalidArgument, "the scenario file \(path) is not valid: \(describeDecodingError(error))")
         }
         let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
         func resolve(_ program: Simulator.Program?) -> Simulator.Program? {

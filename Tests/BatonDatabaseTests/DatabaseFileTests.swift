@@ -40,7 +40,7 @@ struct DatabaseFileTests {
         let database = directory.path + "/baton-inbox.sqlite"
         #expect(chmod(database, 0o666) == 0)
         let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
-        #expect(get.status == 1)
+        #expect(get.status == 77)
         #expect(!get.lines.contains("hello"), "a database that anyone may write was read: \(get.lines)")
         #expect(get.errors.contains { $0.contains("writableByOthers") }, "\(get.errors)")
     }
@@ -54,7 +54,7 @@ struct DatabaseFileTests {
         let database = directory.path + "/baton-inbox.sqlite"
         for suffix in ["", "-wal", "-shm"] { _ = chown(database + suffix, 65534, 65534) }
         let get = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
-        #expect(get.status == 1)
+        #expect(get.status == 77)
         #expect(!get.lines.contains("hello"), "a database of another user was read: \(get.lines)")
         #expect(get.errors.contains { $0.contains("ownedByAnotherUser") }, "\(get.errors)")
     }
@@ -85,7 +85,7 @@ struct DatabaseFileTests {
         }
         // Root does not read a container another user owns...
         let refused = try await runBaton(["inbox", "get", "m1", "--timeout", "1"], container: theirs)
-        #expect(refused.status == 1)
+        #expect(refused.status == 77)
         #expect(refused.errors.count == 1 && refused.errors[0].contains("ownedByAnotherUser"), "\(refused.errors)")
         // ...unless told to trust other users.
         let trusted = try await runBaton(["inbox", "get", "m1", "--timeout", "1", "--trust-other-users"], container: theirs)
@@ -103,7 +103,7 @@ struct DatabaseFileTests {
             let child = try ChildProcess(arguments, container: directory.path)
             let status = try await child.wait(timeout: 5)
             #expect(Date().timeIntervalSince(started) < 4, "\(arguments) waited on a FIFO")
-            #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
+            #expect(status == 77, "\(arguments): \(child.lines) \(child.errorLines)")
             #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
         }
     }
@@ -153,7 +153,7 @@ struct DatabaseFileTests {
         let child = try ChildProcess(["inbox", "get", "m1", "--timeout", "1"], container: directory.path)
         let status = try await child.wait(timeout: 5)
         #expect(Date().timeIntervalSince(started) < 4)
-        #expect(status == 1, "\(child.lines) \(child.errorLines)")
+        #expect(status == 77, "\(child.lines) \(child.errorLines)")
         #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(child.errorLines)")
     }
 }

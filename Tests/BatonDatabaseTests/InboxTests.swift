@@ -84,9 +84,9 @@ struct InboxTests {
         #expect(try await waiting.wait(timeout: 30) == 0)
         #expect(waiting.lines == ["later"])
 
-        // Exit 1 on timeout.
+        // Exit 3 on timeout.
         let missing = try await runBaton(["inbox", "get", "nobody", "--timeout", "0.3"], container: container.path)
-        #expect(missing.status == 1)
+        #expect(missing.status == 3)
     }
 
     @Test func exactlyOneOfManyProcessesClaimsAMessage() async throws {
@@ -161,7 +161,7 @@ struct InboxTests {
         let container = try TemporaryContainer()
         // No app, no source: nobody will ever store it.
         let result = try await runBaton(["inbox", "extension", "--timeout", "1.5", "--margin", "1", "never"], container: container.path, timeout: 30)
-        #expect(result.status == 1)
+        #expect(result.status == 3)
         #expect(result.lines.contains { $0.contains("\"timedOut\"") && $0.contains("never") }, "\(result.lines)")
     }
 

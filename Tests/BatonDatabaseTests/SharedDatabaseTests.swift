@@ -435,7 +435,7 @@ struct SharedDatabaseTests {
             ($0 as? BatonError)?.code == .notADatabase
         }
         let checkText = try await runBaton(["db", "check", text], container: directory.path)
-        #expect(checkText.status == 1)
+        #expect(checkText.status == 6)
 
         // A real database whose table pages were overwritten.
         let broken = directory.path + "/broken.sqlite"
@@ -456,7 +456,7 @@ struct SharedDatabaseTests {
             ($0 as? BatonError)?.code == .corrupt
         }
         let check = try await runBaton(["db", "check", broken, "--json"], container: directory.path)
-        #expect(check.status == 1)
+        #expect(check.status == 6)
         #expect(check.lines.contains { $0.contains("\"integrity_ok\":false") })
     }
 

@@ -130,7 +130,7 @@ struct ContainerTests {
         let directory = try TemporaryContainer()
         #expect(chmod(directory.path, 0o777) == 0)
         let result = try await runBaton(["signal", "post", "x"], container: directory.path)
-        #expect(result.status == 1)
+        #expect(result.status == 77)
         #expect(result.errors.count == 1 && result.errors.first?.contains("writableByOthers") == true, "\(result.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.path + "/.baton/signals"))
     }
@@ -181,7 +181,7 @@ struct ContainerTests {
             // timed assertion: on a loaded machine the process itself takes seconds to start.)
             let child = try ChildProcess(arguments, container: directory.path)
             let status = try await child.wait(timeout: 60)
-            #expect(status == 1, "\(arguments): \(child.lines) \(child.errorLines)")
+            #expect(status == 77, "\(arguments): \(child.lines) \(child.errorLines)")
             #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(arguments): \(child.errorLines)")
         }
     }

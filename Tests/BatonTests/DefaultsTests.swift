@@ -231,7 +231,7 @@ struct DefaultsTests {
         try Data(bytes).write(to: URL(fileURLWithPath: logPath))
 
         let verify = try await runBaton(["defaults", "verify"], container: path)
-        #expect(verify.status == 3)
+        #expect(verify.status == 6)
         #expect(verify.lines.first?.contains("\"lost_data\":true") == true)
         let defaults = try SharedDefaults(SharedContainer(path: path))
         for index in [1, 2, 4, 5] {

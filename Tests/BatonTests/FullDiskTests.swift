@@ -72,7 +72,7 @@ struct FullDiskTests {
     static let commands: [[String]] = [
         ["signal", "post", "fresh-name"],
         ["defaults", "set", "theme", "dark"],
-        ["role", "acquire", "--name", "core", "--role", "executor", "--hold", "0", "--timeout", "2"],
+        ["role", "acquire", "core", "--role", "executor", "--hold", "0", "--timeout", "2"],
         ["channel", "send", "jobs", "1"],
         ["inbox", "put", "call-1", "hello"],
     ]

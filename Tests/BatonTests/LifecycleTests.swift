@@ -419,7 +419,7 @@ struct LifecycleTests {
                 }
                 while try role.status().holder?.state != .critical { try await Task.sleep(for: .milliseconds(2)) }
                 // The app asks for the role; the sensitive task holds it off.
-                let app = try ChildProcess(["role", "acquire", "--name", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
+                let app = try ChildProcess(["role", "acquire", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
                                            container: directory.path)
                 while try role.status().holder?.stopRequest == nil { try await Task.sleep(for: .milliseconds(2)) }
                 try await Task.sleep(for: .milliseconds(300))

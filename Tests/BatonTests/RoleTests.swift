@@ -59,7 +59,7 @@ struct RoleTests {
         let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "60"], container: dir.path)
         _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
         let result = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0.5"], container: dir.path)
-        #expect(result.status == 3)
+        #expect(result.status == 4)
         let busy = try #require(result.lines.first(where: Self.event("busy")))
         let fields = Self.object(busy)
         #expect(fields["code"] as? String == "busy")
@@ -67,7 +67,7 @@ struct RoleTests {
         #expect(((fields["holder"] as? [String: Any])?["priority"] as? NSNumber)?.intValue == 100)
         // A second main-priority process waits rather than preempting an equal priority.
         let second = try await runBaton(["role", "acquire", "--role", "main", "--timeout", "0.3"], container: dir.path)
-        #expect(second.status == 3)
+        #expect(second.status == 4)
     }
 
     @Test func aLowerPriorityWaitsBehindAHigherWaiter() async throws {
@@ -79,7 +79,7 @@ struct RoleTests {
         _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == main.pid } }
         // The holder is priority 200, but an executor must also yield to the waiting main.
         let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0.3"], container: dir.path)
-        #expect(executor.status == 3)
+        #expect(executor.status == 4)
         let busyLine = try #require(executor.lines.first(where: Self.event("busy")))
         let message = Self.object(busyLine)["message"] as? String
         #expect(message?.contains("pid \(holder.pid)") == true || message?.contains("pid \(main.pid)") == true)
@@ -185,7 +185,7 @@ struct RoleTests {
         let acquired = try await main.line(timeout: 30, matching: Self.event("acquired"))
         let lost = try await executor.line(timeout: 30, matching: Self.event("lost"))
         #expect(Self.int(lost, "epoch") == Self.int(acquired, "epoch"))
-        #expect(try await executor.wait() == 4)
+        #expect(try await executor.wait() == 5)
         #expect(try await main.wait() == 0)
     }
 
@@ -425,7 +425,7 @@ struct RoleTests {
         #expect((holder["pid"] as? NSNumber)?.intValue == Int(main.pid))
         #expect(holder["state"] as? String == "running")
         #expect((holder["epoch"] as? NSNumber)?.intValue == 1)
-        let invalid = try await runBaton(["role", "status", "--name", "../x"], container: dir.path)
+        let invalid = try await runBaton(["role", "status", "../x"], container: dir.path)
         #expect(invalid.status != 0)
     }
 

@@ -205,12 +205,12 @@ struct SignalTests {
         #expect(try signals.state(of: name) == 3)
     }
 
-    @Test("the command line reports a bad name and times out with status 1")
+    @Test("the command line reports a bad name and times out with status 3")
     func commandLineErrors() async throws {
         let directory = try TemporaryContainer()
         let bad = try await runBaton(["signal", "post", String(repeating: "y", count: 200)], container: directory.path)
         #expect(bad.status != 0)
         let timeout = try await runBaton(["signal", "watch", "quiet", "--timeout", "0.3"], container: directory.path)
-        #expect(timeout.status == 1)
+        #expect(timeout.status == 3)
     }
 }

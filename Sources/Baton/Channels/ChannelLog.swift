@@ -42,11 +42,11 @@ final class ChannelLog: @unchecked Sendable {
     /// How long an operation waits for a live process that holds the channel's lock.
     static let lockPatience: Duration = .seconds(5)
 
-    private static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
-    private static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
-    private static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
-    private static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
-    private static let oRegistrations = 240, registrationSize = 16
+    static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
+    static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
+    static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
+    static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
+    static let oRegistrations = 240, registrationSize = 16
     static let registrationCount = (participantOffset - oRegistrations) / registrationSize
 
     enum Storage { case file(fd: Int32, relativePath: String, absolutePath: String), memory }
@@ -195,7 +195,7 @@ final class ChannelLog: @unchecked Sendable {
         }
     }
 
-    private static func headerChecksum(_ base: UnsafeMutableRawPointer) -> UInt32 {
+    static func headerChecksum(_ base: UnsafeMutableRawPointer) -> UInt32 {
         Checksum.crc32c(UnsafeRawBufferPointer(start: base, count: 24))
     }
 
