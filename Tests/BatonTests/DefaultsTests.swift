@@ -242,7 +242,7 @@ struct DefaultsTests {
         // loss stays reported to every process until acknowledged.
         try defaults.set("after", forKey: "probe")
         let again = try await runBaton(["defaults", "verify"], container: path)
-        #expect(again.status == 3)
+        #expect(again.status == 6)
         #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
         let acknowledged = try await runBaton(["defaults", "verify"], container: path)
         #expect(acknowledged.status == 0)
