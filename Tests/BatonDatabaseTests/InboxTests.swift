@@ -4,9 +4,9 @@ import Foundation
 import BatonTestSupport
 import Testing
 
-/// The inbox with real processes: a loopback message server (`baton inbox loopback serve`), an
-/// app process holding the main role (`baton inbox app`) and extension processes
-/// (`baton inbox extension`), all on one real SQLite database in a temporary container.
+/// The inbox with real processes: a loopback message server (`baton-harness inbox loopback serve`), an
+/// app process holding the main role (`baton-harness inbox app`) and extension processes
+/// (`baton-harness inbox extension`), all on one real SQLite database in a temporary container.
 @Suite("Inbox", .serialized)
 struct InboxTests {
     // MARK: Helpers
