@@ -20,6 +20,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
         .target(name: "CBatonShims"),
@@ -27,7 +28,7 @@ let package = Package(
         .target(name: "CBatonHarness"),
         .target(
             name: "Baton",
-            dependencies: ["CBatonShims"],
+            dependencies: ["CBatonShims", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -72,6 +73,7 @@ let package = Package(
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
@@ -85,7 +87,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonSimulator", "BatonTestSupport"],
+            dependencies: ["Baton", "BatonCLI", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
