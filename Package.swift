@@ -21,6 +21,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
         .target(name: "CBatonShims"),
@@ -28,7 +29,7 @@ let package = Package(
         .target(name: "CBatonHarness"),
         .target(
             name: "Baton",
-            dependencies: ["CBatonShims"],
+            dependencies: ["CBatonShims", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -74,6 +75,7 @@ let package = Package(
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -149,7 +151,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonSimulator", "BatonTestSupport"],
+            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -166,22 +166,25 @@ while IFS= read -r file; do
 done < <(find "$ROOT/Sources/CBatonShims" \( -name '*.c' -o -name '*.h' \) ! -name '*+Linux.h' | LC_ALL=C sort)
 ((status)) || log "ok      C shim: $c_count files syntax-checked with -DBATON_APPLE_TYPECHECK"
 
-# 3. GRDB, built on Linux (its module is platform-neutral Swift over SQLite).
+# 3. The dependencies, built on Linux: GRDB (platform-neutral Swift over SQLite) and swift-log's
+#    Logging (platform-neutral API; its Linux build imports Glibc, which the toolchain has).
 GRDB_MODULES="$ROOT/.build/debug/Modules"
-if [[ ! -f "$GRDB_MODULES/GRDB.swiftmodule" ]]; then
-  log "building GRDB for Linux (swift build --target GRDB)"
-  (cd "$ROOT" && swift build --target GRDB > "$WORK/grdb.log" 2>&1) || { cat "$WORK/grdb.log"; exit 1; }
-fi
+for target in GRDB Logging; do
+  if [[ ! -f "$GRDB_MODULES/$target.swiftmodule" ]]; then
+    log "building $target for Linux (swift build --target $target)"
+    (cd "$ROOT" && swift build --target "$target" > "$WORK/$target.log" 2>&1) || { cat "$WORK/$target.log"; exit 1; }
+  fi
+done
 GRDB_MAP="$(find -L "$ROOT/.build/checkouts" -path '*GRDB.swift/Sources/GRDBSQLite/module.modulemap' | head -1)"
 # Only GRDB's modules: .build/debug/Modules also holds the Linux-built Baton, which must not be
 # found in place of the Apple-flavoured one.
 mkdir -p "$WORK/grdb"
-for module in "$GRDB_MODULES"/GRDB*.swiftmodule; do ln -s "$module" "$WORK/grdb/"; done
+for module in "$GRDB_MODULES"/GRDB*.swiftmodule "$GRDB_MODULES"/Logging.swiftmodule; do ln -s "$module" "$WORK/grdb/"; done
 
 # 4. Swift modules.
 : > "$WORK/baton.files"
 stage baton $(swift_files "$ROOT/Sources/Baton")
-emit Baton baton
+emit Baton baton -I "$WORK/grdb"
 
 : > "$WORK/database.files"
 stage database $(swift_files "$ROOT/Sources/BatonDatabase")

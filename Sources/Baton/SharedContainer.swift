@@ -1,3 +1,4 @@
+import Logging
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -57,6 +58,12 @@ public final class SharedContainer: Sendable {
     public let batonPath: String
     /// The options the container was opened with.
     public let options: Options
+    /// Where Baton reports what it repaired or decided on its own (recoveries, take-overs,
+    /// overtaken holders, rebuilt tables, skipped dead tickets, refused stale epochs); `nil`
+    /// (the default) logs nothing. Each message has the metadata `baton.event`.
+    public let logger: Logger?
+    /// ``logger`` with the container's name, for the engines.
+    package var diagnostics: Diagnostics { Diagnostics(logger: logger, container: path) }
 
     /// A descriptor of `.baton`, used with the `*at` calls so no path is resolved twice.
     package let directory: Int32
@@ -81,14 +88,15 @@ public final class SharedContainer: Sendable {
     /// - Parameters:
     ///   - url: A file URL of an existing directory.
     ///   - options: Permission bits for the files Baton creates.
+    ///   - logger: Where Baton reports its repairs and decisions (see ``logger``); nil logs nothing.
     /// - Throws: ``BatonError`` with code `notFound`, `notADirectory`, `notWritable`,
     ///   `ownedByAnotherUser`, `writableByOthers`, `pathTooLong`, `symbolicLink` or
     ///   `lockingNotSupported`.
-    public convenience init(at url: URL, options: Options = Options()) throws {
+    public convenience init(at url: URL, options: Options = Options(), logger: Logger? = nil) throws {
         guard url.isFileURL else {
             throw BatonError(.invalidArgument, "the container must be a file URL, got \(url.absoluteString)")
         }
-        try self.init(path: url.path, options: options)
+        try self.init(path: url.path, options: options, logger: logger)
     }
 
     /// Opens (and on first use prepares) a shared container at a file-system path.
@@ -96,8 +104,10 @@ public final class SharedContainer: Sendable {
     /// - Parameters:
     ///   - path: An existing directory.
     ///   - options: Permission bits for the files Baton creates.
-    /// - Throws: See ``init(at:options:)``.
-    public init(path: String, options: Options = Options()) throws {
+    ///   - logger: Where Baton reports its repairs and decisions (see ``logger``); nil logs nothing.
+    /// - Throws: See ``init(at:options:logger:)``.
+    public init(path: String, options: Options = Options(), logger: Logger? = nil) throws {
+        self.logger = logger
         var path = path
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
         guard !path.isEmpty else {

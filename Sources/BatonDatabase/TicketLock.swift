@@ -78,6 +78,7 @@ package final class TicketLock: Sendable {
 
     private let map: MappedFile
     private let owners: OwnerTokens
+    private let diagnostics: Diagnostics
     /// This process's id, recorded in the tickets it takes for messages (read once: `getpid` is a
     /// system call).
     private let pid = UInt32(bitPattern: getpid())
@@ -118,6 +119,7 @@ package final class TicketLock: Sendable {
         self.map = map
         self.name = name
         self.owners = container.owners
+        self.diagnostics = container.diagnostics
     }
 
     private func word32(_ offset: Int) -> UnsafeMutablePointer<UInt32> {
@@ -205,6 +207,7 @@ package final class TicketLock: Sendable {
                     watched = (token, owners.watch(token) { word.ring() })
                 }
                 if !owners.isAlive(token) {
+                    diagnostics.report(.deadTicketSkipped, "writer queue \(name): skipped ticket \(current), whose writer is dead, suspended or gone")
                     advance(from: current)
                     continue
                 }
@@ -343,7 +346,9 @@ package final class TicketLock: Sendable {
             guard UInt32(truncatingIfNeeded: record >> 32) == ticket else { return false } // not claimed yet
             if UInt32(truncatingIfNeeded: record) != 0 {
                 guard !owners.isAlive(baton_load64(tokenWord(ticket))) else { return false }
-                _ = baton_cas64(owner(ticket), record, UInt64(ticket) << 32) // abandoned by its death
+                if baton_cas64(owner(ticket), record, UInt64(ticket) << 32) != 0 { // abandoned by its death
+                    diagnostics.report(.deadTicketSkipped, "writer queue \(name): abandoned ticket \(ticket) of a dead writer waiting ahead of this one")
+                }
             }
             ticket &+= 1
         }

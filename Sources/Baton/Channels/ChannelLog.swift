@@ -243,11 +243,13 @@ final class ChannelLog: @unchecked Sendable {
         if acquired == .ownerDied {
             try? followDataSize()
             repair()
+            container?.diagnostics.report(.channelRepaired, "repaired channel \(name) after a process died holding its lock")
             ringOnUnlock(readable: true, writable: true)
         }
         try followDataSize()
         if !structureIsSound() {
             repair()
+            container?.diagnostics.report(.channelRepaired, level: .warning, "repaired channel \(name): its header words failed their checks (positions outside the file); recounted from the frames")
             addField(Self.oMalformed, 1)
             ringOnUnlock(readable: true, writable: true)
         }

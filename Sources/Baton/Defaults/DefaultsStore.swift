@@ -130,6 +130,9 @@ final class DefaultsStore: Sendable {
         initial.report.droppedTailBytes += report.droppedTailBytes
         initial.report.headerRepaired = initial.report.headerRepaired || report.headerRepaired
         // Damage found here is reported and read around; only a write repairs it.
+        for loss in initial.pending {
+            container.diagnostics.report(.defaultsDamageFound, level: .warning, "defaults suite \(suite): \(loss)")
+        }
         state = Mutex(initial)
     }
 
@@ -642,6 +645,9 @@ final class DefaultsStore: Sendable {
         // never not at all.
         try DefaultsLossFile.append(losses, container, suite: suite)
         try compact(&state, reserving: 0)
+        for loss in losses {
+            container.diagnostics.report(.defaultsRepaired, level: loss.lostData ? .warning : .notice, "defaults suite \(suite) repaired: \(loss)")
+        }
     }
 
     /// The log was cut short by another program under this process: extend it again (zeros), so

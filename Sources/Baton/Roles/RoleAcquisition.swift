@@ -195,6 +195,9 @@ extension RoleCore {
             }
             // The holder ignored the stop request past its grace period: overtake it. Its
             // epoch is over; its token fails validation from this transition on.
+            container.diagnostics.report(.roleHolderOvertaken, level: .warning, "role \(name): overtaking \(description), which did not release within its grace period")
+        } else if let holder {
+            container.diagnostics.report(.roleTakenOver, "role \(name): taking over from pid \(holder.pid) (kind \(holder.kind), epoch \(holder.epoch)), which died or was suspended holding it")
         }
         guard try holderLock.lock() else {
             throw BatonError(.corrupt, "this process's holder file of role \(name) is locked by another process; remove \(container.absolutePath(holderLock.relativePath))")

@@ -242,6 +242,7 @@ final class RoleCore: Sendable {
             return true
         }
         guard wasCurrent else { return }
+        container.diagnostics.report(.roleLeaseLost, level: .warning, "lost role \(name) epoch \(epoch) (the current epoch is \(current)): overtaken, or taken while this process was suspended")
         holderLock.unlock()
         turnChanges.notify()
         ring()
@@ -356,6 +357,7 @@ final class RoleCore: Sendable {
         }
         if let current {
             markLost(epoch, current: current)
+            container.diagnostics.report(.staleEpochRefused, level: .warning, "refused a write fenced by role \(name) epoch \(epoch): the current epoch is \(current)")
             throw fencedError(epoch, current: current)
         }
     }

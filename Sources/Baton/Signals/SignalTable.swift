@@ -118,7 +118,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
 
     // MARK: Opening, validating, rebuilding
 
-    private static func openValidTable(_ container: SharedContainer, replacing retired: MappedFile? = nil) throws -> MappedFile {
+    private static func openValidTable(_ container: SharedContainer, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
         if retired == nil, let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map) {
             return map
@@ -155,6 +155,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
            current.size >= headerSize {
             baton_store32(word(current, 24), 1)
             wakeEveryone(current)
+            container.diagnostics.report(.signalTableRebuilt, level: .warning, "rebuilt the signal table \(container.absolutePath(fileName)): \(reason ?? "its header or size failed the checks"); every observer gets one delivery")
         }
         try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
         return fresh
@@ -198,7 +199,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     /// Must be called with `state` locked (passed in).
     private func rebuild(_ state: inout State, reason: String) throws {
         let old = state.map
-        let fresh = try Self.openValidTable(container, replacing: old)
+        let fresh = try Self.openValidTable(container, replacing: old, reason: reason)
         if !Self.sameFile(old, fresh), !Self.isTruncated(old) {
             // Retire the old mapping so other processes move on, and wake their threads.
             baton_store32(Self.word(old, 24), 1)
