@@ -215,6 +215,10 @@ final class ChannelLog: @unchecked Sendable {
     /// holds the lock, and the next locker's repair rings both.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(_ body: () throws -> R) throws -> R {
+        if case .file(let fd, let relativePath, _) = storage {
+            // Another program may have cut the file short: extend it before touching the mapping.
+            try MappedFile.restoreTruncatedSize(fd, to: Self.headerSize + mappedDataSize, path: relativePath)
+        }
         let mutex = SharedMutex(header.advanced(by: Self.oMutex))
         let token = try owners?.enter() ?? Self.inProcessToken
         defer { owners?.leave() }
