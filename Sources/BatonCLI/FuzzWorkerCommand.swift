@@ -94,7 +94,10 @@ enum FuzzFormat: String, ExpressibleByArgument, CaseIterable, Sendable {
                 offset += 8 + ((length + 7) & ~7)
             }
             return result
-        case .defaultsMeta, .presence, .ownerTokens:
+        case .defaultsMeta:
+            // Magic, version, boot id, the writer lock, committed, pending end, watchers.
+            return [0, 4, 8, 16, 24, 56, 64, 68, 72, 76, 80, 128, 132, 136, 140, 144]
+        case .presence, .ownerTokens:
             return Array(stride(from: 0, to: max(bytes.count, 8), by: 4))
         case .role:
             return [0, 2560].flatMap { slot in stride(from: 0, to: 256, by: 4).map { slot + $0 } + [slot + 2556] }
@@ -174,7 +177,13 @@ enum FuzzMutation: CustomStringConvertible {
         switch roll {
         case 0..<30: return .flip(file: file, offset: offset(1), bit: Int.random(in: 0..<8, using: &generator))
         case 30..<45: return .word32(file: file, offset: offset(4), value: forged32.randomElement(using: &generator)!)
-        case 45..<58: return .word64(file: file, offset: offset(8), value: forged64.randomElement(using: &generator)!)
+        case 45..<58:
+            let at = offset(8)
+            // Also plausible neighbours of the current value (an older or newer length, another
+            // generation), which no magic check catches.
+            let current = at + 8 <= size ? bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: at, as: UInt64.self)) } : 0
+            let near: [UInt64] = [current &- 8, current &- 32, current &+ 32, current ^ (1 << 40), current / 2]
+            return .word64(file: file, offset: at, value: (forged64 + near).randomElement(using: &generator)!)
         case 58..<68: return .truncate(file: file, size: [0, 1, 7, 24, 64, 100, 4095, 4096, size / 2, max(0, size - 1)].randomElement(using: &generator)!)
         case 68..<76: return .extend(file: file, size: size + [1, 8, 4096, 65536].randomElement(using: &generator)!, byte: [0, 0xFF, 0x41].randomElement(using: &generator)!)
         case 76..<86:
@@ -350,9 +359,12 @@ struct FuzzCase {
     func defaults(_ generator: inout SeededGenerator) async throws -> (FuzzMutation?, FuzzOutcome) {
         var acknowledged: [String: Int] = [:]
         var first: SharedDefaults? = try SharedDefaults(try open(), suite: "fuzz", lockTimeout: .seconds(Self.patience))
-        for key in 0..<6 {
-            try first!.set(key * 10 + 1, forKey: "k\(key)")
-            acknowledged["k\(key)"] = key * 10 + 1
+        // Each key written twice: a rollback to the older value is told apart from a loss.
+        for round in 1...2 {
+            for key in 0..<6 {
+                try first!.set(key * 10 + round, forKey: "k\(key)")
+                acknowledged["k\(key)"] = key * 10 + round
+            }
         }
         if !running { first = nil }
         let mutation = try mutate(&generator)

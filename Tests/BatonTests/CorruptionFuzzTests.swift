@@ -189,6 +189,12 @@ struct CorruptionFuzzTests {
         }
     }
 
+    /// The epoch of a `role acquire` JSON line reporting `acquired`.
+    static func epoch(_ line: String) -> UInt64? {
+        guard line.contains("\"acquired\""), let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        return (object["epoch"] as? NSNumber)?.uint64Value
+    }
+
     /// A command that ended by itself without a signal; `nil` when fine.
     static func problem(_ child: ChildProcess, limit: Double) async -> String? {
         let status: Int32
@@ -232,7 +238,7 @@ struct CorruptionFuzzTests {
                 mutation = Self.corrupt(path, "channels/fz", using: &generator)
                 commands = [["channel", "send", "fz", "\"b\"", "--timeout", "2"], ["channel", "receive", "fz", "--count", "1", "--timeout", "1"]]
             case "role":
-                running = try run(["role", "acquire", "--name", "fz", "--role", "main", "--hold", "3"])
+                running = try run(["role", "acquire", "--name", "fz", "--role", "main", "--hold", "1"])
                 try await running.line { $0.contains("acquired") }
                 mutation = Self.corrupt(path, "roles/fz/record", using: &generator)
                 commands = [["role", "status", "--name", "fz"], ["role", "acquire", "--name", "fz", "--role", "executor", "--timeout", "1"]]
@@ -244,16 +250,39 @@ struct CorruptionFuzzTests {
                 commands = [["presence", "list"], ["presence", "list", "--json"]]
             default:
                 _ = try await run(["defaults", "set", "k", "v1"]).wait()
+                _ = try await run(["defaults", "set", "k", "v2"]).wait()
                 running = try run(["defaults", "watch", "k", "--announce", "--count", "1", "--timeout", "5"])
                 try await running.line { $0 == "ready" }
                 mutation = Self.corrupt(path, Bool.random(using: &generator) ? "defaults/standard.log" : "defaults/standard.meta", using: &generator)
-                commands = [["defaults", "set", "k", "v2"], ["defaults", "get", "k"], ["defaults", "verify"]]
+                commands = [["defaults", "set", "other", "v3"], ["defaults", "get", "other"]]
             }
             for command in commands {
                 if let problem = await Self.problem(try run(command), limit: 15) { problems.append("round \(round) \(mutation): \(problem)") }
             }
             if format == "presence" { running.signal(SIGTERM) }
             if let problem = await Self.problem(running, limit: 15) { problems.append("round \(round) \(mutation) (running): \(problem)") }
+            // Acknowledged data: still there, or its loss reported.
+            switch format {
+            case "role":
+                // The next epoch granted is past the one the corrupted record's holder had.
+                let held = running.lines.compactMap(Self.epoch).first ?? 0
+                let next = try run(["role", "acquire", "--name", "fz", "--role", "main", "--timeout", "2"])
+                if let problem = await Self.problem(next, limit: 15) { problems.append("round \(round) \(mutation): \(problem)") }
+                if let granted = next.lines.compactMap(Self.epoch).first, granted <= held {
+                    problems.append("round \(round) \(mutation): epoch \(granted) granted after \(held) (a fencing token reused)")
+                }
+            case "defaults":
+                // `k` was v1 and then v2 (both acknowledged): a reader sees v2, fails, or verify
+                // reports the loss.
+                let get = try run(["defaults", "get", "k"])
+                _ = await Self.problem(get, limit: 15)
+                let verify = try run(["defaults", "verify"])
+                let verifyStatus = try await verify.wait(timeout: 15)
+                if (try? await get.wait()) == 0, get.lines != ["v2"], verifyStatus == 0 {
+                    problems.append("round \(round) \(mutation): defaults get k printed \(get.lines) after v2 was acknowledged, and verify reports no loss")
+                }
+            default: break
+            }
         }
         print("corruption under running commands seed=\(Self.seed) \(format): \(rounds) rounds, \(problems.count) problems")
         let check = { #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))") }
@@ -262,5 +291,25 @@ struct CorruptionFuzzTests {
         } else {
             check()
         }
+    }
+
+    /// Found by the cross-process cases: a watcher whose observation ended (`--count 1`) while
+    /// its signal thread moved to the table rebuilt after a truncation trapped ("Recursive call
+    /// to lock Mutex": the observer's last reference died under the table's lock). A race, so
+    /// repeated.
+    @Test("a watcher that stops observing while its table is rebuilt after a truncation does not trap")
+    func observerEndsDuringRebuild() async throws {
+        var deaths: [String] = []
+        for round in 0..<24 {
+            let directory = try TemporaryContainer()
+            _ = try await ChildProcess(["signal", "post", "alpha"], container: directory.path).wait()
+            let watcher = try ChildProcess(["signal", "watch", "alpha", "--announce", "--count", "1", "--timeout", "5"], container: directory.path)
+            try await watcher.line { $0 == "ready" }
+            _ = truncate(directory.path + "/.baton/signals", 0)
+            _ = try await ChildProcess(["signal", "post", "alpha", "--state", "5"], container: directory.path).wait()
+            let status = try await watcher.wait(timeout: 15)
+            if status > 128 { deaths.append("round \(round): signal \(status - 128): \(watcher.errorLines.prefix(2))") }
+        }
+        #expect(deaths.isEmpty, "\(deaths)")
     }
 }
