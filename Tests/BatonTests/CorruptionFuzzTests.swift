@@ -312,4 +312,19 @@ struct CorruptionFuzzTests {
         }
         #expect(deaths.isEmpty, "\(deaths)")
     }
+
+    /// Found by the fuzzer (owner tokens, replay seed 1018): an observation that ended while the
+    /// signal thread scanned trapped ("Recursive call to lock Mutex": the observer's last
+    /// reference died under the table's lock). A race, so repeated; a failure traps the runner.
+    @Test("observations that end while the signal thread scans do not trap")
+    func observationsEndDuringScans() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let poster = try SharedContainer(path: directory.path)
+        for round in 0..<200_000 {
+            let observation = try container.signals.observe("churn")
+            try poster.signals.post("churn", state: UInt64(round))
+            withExtendedLifetime(observation) {}
+        }
+    }
 }

@@ -619,6 +619,9 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
                     observed.lastSeen = counter
                     state.observers[id] = observed
                     deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
+                } else {
+                    // Its observation may end meanwhile: the last reference must die outside the lock.
+                    state.releasing.append(observer)
                 }
             }
             return deliveries
