@@ -58,8 +58,8 @@ struct FuzzWorkerCommand: AsyncParsableCommand {
             } catch {
                 (mutation, outcome) = (nil, .typed("setup failed: \(error)"))
             }
-            watchdog.end()
             try? FileManager.default.removeItem(atPath: directory)
+            watchdog.end()
             counts[outcome.name, default: 0] += 1
             emit("result \(format.rawValue) \(index) \(running ? "running" : "stopped") \(mutation?.description ?? "none") \(outcome.name) \(outcome.detail.replacingOccurrences(of: "\n", with: " "))")
         }
