@@ -155,6 +155,11 @@ enum FuzzMutation: CustomStringConvertible {
         }
     }
 
+    var truncatesToNothing: Bool {
+        if case .truncate(_, 0) = self { return true }
+        return false
+    }
+
     var replacesFile: Bool {
         switch self {
         case .directory, .fifo, .symlink: true
@@ -479,6 +484,10 @@ struct FuzzCase {
             }
             guard after == "after" else { return .loss("a value sent after the corruption was not received (got \(after ?? "nothing"))") }
             let missing = expected.filter { !received.contains($0) }
+            // A file cut to nothing is a new channel (nothing tells it from one just created).
+            if !missing.isEmpty, malformed == 0, !mutation.truncatesToNothing {
+                return .loss("acknowledged \(missing) never received, and no damaged frame reported")
+            }
             return .recovered(missing.isEmpty ? "" : "missing \(missing) (malformed frames reported: \(malformed))")
         }
     }

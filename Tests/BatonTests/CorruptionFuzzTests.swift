@@ -327,4 +327,24 @@ struct CorruptionFuzzTests {
             withExtendedLifetime(observation) {}
         }
     }
+
+    /// Found by the fuzzer (channel, seed 5654: 14 of 500 mutations): a channel file cut short
+    /// by another program was silently reset or zeroed, and acknowledged elements vanished.
+    @Test("a channel file cut short loses its elements loudly: corrupt, not a silent reset")
+    func truncatedChannelIsReported() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/.baton/channels/cut"
+        do {
+            let channel = try SharedChannel<String>(try SharedContainer(path: directory.path), existingOrNewNamed: "cut", capacity: .unbounded)
+            try await channel.send("acknowledged", deadline: .after(.seconds(5)))
+            // Cut under a running process: its next operation says so.
+            _ = truncate(path, 100)
+            await #expect(throws: BatonError.self) { try await channel.send("next", deadline: .after(.seconds(5))) }
+        }
+        // Cut while no process runs: opening says so.
+        _ = truncate(path, 100)
+        #expect(throws: BatonError.self) {
+            _ = try SharedChannel<String>(try SharedContainer(path: directory.path), existingOrNewNamed: "cut", capacity: .unbounded)
+        }
+    }
 }
