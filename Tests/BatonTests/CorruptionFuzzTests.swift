@@ -231,23 +231,23 @@ struct CorruptionFuzzTests {
             case "signals":
                 _ = try await run(["signal", "post", "alpha"]).wait()
                 running = try run(["signal", "watch", "alpha", "--announce", "--count", "1", "--timeout", "5"])
-                try await running.line { $0 == "ready" }
+                try await running.line(timeout: 30) { $0 == "ready" }
                 mutation = Self.corrupt(path, "signals", using: &generator)
                 commands = [["signal", "post", "alpha", "--state", "5"], ["signal", "post", "beta"]]
             case "channel":
                 _ = try await run(["channel", "send", "fz", "\"a\"", "--timeout", "5"]).wait()
                 running = try run(["channel", "receive", "fz", "--count", "2", "--timeout", "5"])
-                try await running.line()
+                try await running.line(timeout: 30)
                 mutation = Self.corrupt(path, "channels/fz", using: &generator)
                 commands = [["channel", "send", "fz", "\"b\"", "--timeout", "2"], ["channel", "receive", "fz", "--count", "1", "--timeout", "1"]]
             case "role":
                 running = try run(["role", "acquire", "--name", "fz", "--role", "main", "--hold", "1"])
-                try await running.line { $0.contains("acquired") }
+                try await running.line(timeout: 30) { $0.contains("acquired") }
                 mutation = Self.corrupt(path, "roles/fz/record", using: &generator)
                 commands = [["role", "status", "--name", "fz"], ["role", "acquire", "--name", "fz", "--role", "executor", "--timeout", "1"]]
             case "presence":
                 running = try run(["presence", "hold", "--kind", "app"])
-                try await running.line { $0.hasPrefix("registered") }
+                try await running.line(timeout: 30) { $0.hasPrefix("registered") }
                 let file = try FileManager.default.contentsOfDirectory(atPath: path + "/.baton/presence").first ?? "none"
                 mutation = Self.corrupt(path, "presence/" + file, using: &generator)
                 commands = [["presence", "list"], ["presence", "list", "--json"]]
@@ -255,7 +255,7 @@ struct CorruptionFuzzTests {
                 _ = try await run(["defaults", "set", "k", "v1"]).wait()
                 _ = try await run(["defaults", "set", "k", "v2"]).wait()
                 running = try run(["defaults", "watch", "k", "--announce", "--count", "1", "--timeout", "5"])
-                try await running.line { $0 == "ready" }
+                try await running.line(timeout: 30) { $0 == "ready" }
                 mutation = Self.corrupt(path, Bool.random(using: &generator) ? "defaults/standard.log" : "defaults/standard.meta", using: &generator)
                 commands = [["defaults", "set", "other", "v3"], ["defaults", "get", "other"]]
             }
@@ -307,7 +307,7 @@ struct CorruptionFuzzTests {
             let directory = try TemporaryContainer()
             _ = try await ChildProcess(["signal", "post", "alpha"], container: directory.path).wait()
             let watcher = try ChildProcess(["signal", "watch", "alpha", "--announce", "--count", "1", "--timeout", "5"], container: directory.path)
-            try await watcher.line { $0 == "ready" }
+            try await watcher.line(timeout: 30) { $0 == "ready" }
             _ = truncate(directory.path + "/.baton/signals", 0)
             _ = try await ChildProcess(["signal", "post", "alpha", "--state", "5"], container: directory.path).wait()
             let status = try await watcher.wait(timeout: 15)
