@@ -31,7 +31,7 @@ struct BatonCommand: AsyncParsableCommand {
             LifecycleCommand.self,
             BenchCommand.self,
             BenchWorkerCommand.self,
-            KernelTestCommand.self,
+            KernelTestCommand.self, FuzzWorkerCommand.self,
             InspectCommand.self,
             DemoCommand.self, SimulateCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
             SimulatorLockHolderCommand.self, SimulatorGRDBAppCommand.self,
