@@ -53,6 +53,27 @@ package final class MappedFile: @unchecked Sendable {
         Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
     }
 
+    /// Extends the file again (zeros, blocks reserved) when another program cut it shorter than
+    /// the mapping: touching the mapping past the file's end would fault (SIGBUS). One `fstat`.
+    /// Baton never shrinks a mapped file, so the lost part was damage: it reads as zeros, which
+    /// the owner's own checks then see.
+    /// - Returns: Whether the file had been cut short.
+    /// - Throws: `noSpace` when the disk is full, file errors.
+    @discardableResult
+    package func restoreTruncatedSize() throws -> Bool {
+        try Self.restoreTruncatedSize(fd, to: size, path: relativePath)
+    }
+
+    /// ``restoreTruncatedSize()`` for a file mapped some other way: extends `fd` to `size` bytes
+    /// when it is shorter.
+    @discardableResult
+    package static func restoreTruncatedSize(_ fd: Int32, to size: Int, path: String) throws -> Bool {
+        let current = Int(try Sys.fstat(fd).get("checking \(path)").st_size)
+        guard current < size else { return false }
+        try FileSpace.reserve(fd, from: current, to: size, path: path)
+        return true
+    }
+
     /// Flushes the mapping to disk.
     package func sync() throws {
         try DurableSync.sync(mapping: pointer, size: size, of: fd).get("syncing \(relativePath)")

@@ -159,7 +159,10 @@ public final class Presence: Sendable {
         }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let count = try buffer.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(path)") }
-        if let record = try? JSONDecoder().decode(PresenceRecord.self, from: Data(buffer[0..<count])) {
+        if var record = try? JSONDecoder().decode(PresenceRecord.self, from: Data(buffer[0..<count])) {
+            // The id is the locked file's name (what ``isAlive(id:)`` checks), whatever the
+            // content says.
+            record.id = String(fileName.dropLast(".lock".count))
             return .live(record)
         }
         // Locked, so alive, but its content is unreadable: list what can be known.

@@ -160,6 +160,8 @@ package final class TicketLock: Sendable {
     /// - Throws: `busy` at the deadline, or the interruption's error.
     package func acquire(deadline: Deadline, interruption: () -> (any Error)?) throws -> Ticket {
         let started = ContinuousClock.now
+        // Another program may have cut the file short: extend it before touching the mapping.
+        try map.restoreTruncatedSize()
         var number = try takeTicket()
         let serving = word32(Self.servingOffset)
         var unclaimedSince: (ticket: UInt32, at: ContinuousClock.Instant)?
@@ -171,12 +173,6 @@ package final class TicketLock: Sendable {
             let seen = baton_load32(wakeWord(number))
             let current = baton_load32(serving)
             if current == number { return begin(number) }
-            if Int32(bitPattern: current &- number) > 0 {
-                // Our ticket was skipped (we looked dead: suspended, or never claimed in time).
-                // Queue again.
-                number = try takeTicket()
-                continue
-            }
             if let error = interruption() {
                 abandon(number)
                 throw error
@@ -190,6 +186,19 @@ package final class TicketLock: Sendable {
                     "waited \(Int(waited * 1000)) ms in the writer queue \(name); \(holder.map { "process \($0)" } ?? "another process") is still writing. Retry later or raise the busy timeout",
                     cause: holder.map { HolderProcess(pid: $0) }
                 )
+            }
+            if Int32(bitPattern: current &- number) > 0 {
+                if Int32(bitPattern: current &- baton_load32(word32(Self.nextOffset))) > 0 {
+                    // `serving` is past the dispenser, which no sequence of turns does (both only
+                    // grow, `serving` up to `next`): the file was damaged. Serve our ticket, the
+                    // newest, instead of queueing again for ever.
+                    _ = baton_cas32(serving, current, number)
+                    continue
+                }
+                // Our ticket was skipped (we looked dead: suspended, or never claimed in time).
+                // Queue again.
+                number = try takeTicket()
+                continue
             }
             // Is the process whose turn it is alive? (Watch first, then check: a death in between
             // rings our word.)
@@ -257,7 +266,7 @@ package final class TicketLock: Sendable {
     /// Takes the lock only if nobody holds or waits for it; never blocks.
     /// - Returns: The held ticket, or `nil` when another ticket is outstanding.
     package func tryAcquire() -> Ticket? {
-        guard let token = try? owners.current() else { return nil }
+        guard let token = try? owners.current(), (try? map.restoreTruncatedSize()) != nil else { return nil }
         let next = word32(Self.nextOffset)
         let number = baton_load32(next)
         guard baton_load32(word32(Self.servingOffset)) == number, baton_cas32(next, number, number &+ 1) != 0 else {

@@ -22,6 +22,7 @@ struct HarnessCommand: BatonRootCommand {
             InboxWorkers.self,
             DatabaseTestCommand.self,
             KernelTestCommand.self,
+            FuzzWorkerCommand.self,
             SimulatorLockHolderCommand.self,
             SimulatorGRDBAppCommand.self,
             BenchWorkerCommand.self,

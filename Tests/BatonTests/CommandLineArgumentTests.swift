@@ -23,6 +23,8 @@ struct CommandLineArgumentTests {
     struct Command: Sendable {
         var path: [String]
         var arguments: [Argument]
+        /// Shown in `--help` (not a hidden test worker).
+        var isShown = true
     }
 
     /// Every leaf command of the CLI with its non-flag arguments.
@@ -46,7 +48,7 @@ struct CommandLineArgumentTests {
                     let name = ((argument["preferredName"] as? [String: Any])?["name"] as? String) ?? (argument["valueName"] as? String) ?? "?"
                     return Argument(command: path, name: name, positional: kind == "positional", isOptional: argument["isOptional"] as? Bool ?? true)
                 }
-                result.append(Command(path: path, arguments: arguments))
+                result.append(Command(path: path, arguments: arguments, isShown: node["shouldDisplay"] as? Bool ?? true))
             }
             for subcommand in subcommands {
                 walk(subcommand, path + [subcommand["commandName"] as? String ?? "?"])
@@ -155,7 +157,7 @@ struct CommandLineArgumentTests {
         for expected in ["timeout", "hold", "max-critical-wait", "poll", "lifetime", "count"] {
             #expect(numeric.contains { $0.1.name == expected }, "no numeric option --\(expected) found")
         }
-        let values = ["nan", "inf", "-inf", "1e10", "1e300", "-1"]
+        let values = ["nan", "inf", "-inf", "+infinity", "1e10", "1e300", "-1e300", "-1", "99999999999999999999999"]
         var lines: [[[UInt8]]] = []
         for (command, argument) in numeric {
             for value in values {
@@ -201,5 +203,46 @@ struct CommandLineArgumentTests {
         #expect(try await first.wait() != 0)
         #expect(try await second.wait() != 0)
         #expect(second.errorLines.contains { $0.contains("UTF-8") })
+    }
+
+    @Test("NaN, infinities, huge and negative numbers, empty and oversized text as names: accepted as text or refused with one line")
+    func badNames() async throws {
+        let directory = try TemporaryContainer()
+        let commands = try Self.commands().filter(\.isShown)
+        let numeric = try await Self.numericArguments(commands, container: directory.path)
+        let paths: Set<String> = ["container", "path", "database", "log", "timeline", "events"]
+        // Every name and text argument of the user-facing commands (numbers have their own test).
+        let names = commands.flatMap { command in
+            command.arguments.filter { argument in
+                !paths.contains(argument.name) && !numeric.contains { $0.0.path == command.path && $0.1.name == argument.name }
+            }.map { (command, $0) }
+        }
+        #expect(names.contains { $0.1.name == "name" } && names.contains { $0.1.name == "key" } && names.contains { $0.1.name == "kind" })
+        let values = ["nan", "inf", "-inf", "1e300", "-1", "", String(repeating: "n", count: 5000)]
+        var lines: [[[UInt8]]] = []
+        var waits: Set<String> = []
+        for (command, argument) in names {
+            // Bounded: the commands that wait are given a timeout, a count and a hold of 0.
+            var line = Self.commandLine(command, target: argument, value: [], container: directory.path)
+            for (option, value) in [("timeout", "1"), ("count", "1"), ("hold", "0")] where option != argument.name && command.arguments.contains(where: { $0.name == option }) {
+                line.append(Array("--\(option)=\(value)".utf8))
+            }
+            if !command.arguments.contains(where: { $0.name == "timeout" }) { waits.insert(command.path.joined(separator: " ")) }
+            for value in values {
+                lines.append(Self.commandLine(command, target: argument, value: Array(value.utf8), container: directory.path)
+                    + line.dropFirst(Self.commandLine(command, target: argument, value: [], container: directory.path).count))
+            }
+        }
+        let outcomes = try await Self.runAll(lines, container: directory.path, limit: 5)
+        let problems = outcomes.compactMap { outcome -> String? in
+            // A command without a timeout that accepted the name may run until stopped.
+            if outcome.status == nil, waits.contains(where: { outcome.line.hasPrefix($0 + " ") }) { return nil }
+            // Exit 1 without a message is the documented "timed out" or "not found" of a command
+            // that accepted the name (`watch --timeout=1`, `inbox claim`).
+            if outcome.status == 1, outcome.errors.allSatisfy({ $0.trimmingCharacters(in: .whitespaces).isEmpty }) { return nil }
+            return Self.problem(outcome)
+        }
+        print("bad names: \(names.count) name arguments, \(outcomes.count) runs, \(problems.count) problems")
+        #expect(problems.isEmpty, "\(problems.count) of \(outcomes.count) runs:\n\(problems.joined(separator: "\n"))")
     }
 }

@@ -105,6 +105,11 @@ final class ChannelLog: @unchecked Sendable {
             try Sys.flock(fd, LOCK_EX).get("locking the channel file \(relativePath) to open it")
             defer { _ = Sys.flock(fd, LOCK_UN) }
             let size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+            if size > 0, size < Self.headerSize {
+                // Baton sizes the file in one step under this lock: a shorter file was cut by
+                // another program, and whatever it held is gone. Said, not silently reset.
+                throw BatonError(.corrupt, "the channel file \(container.absolutePath(relativePath)) was cut short (\(size) bytes); its elements are lost. Remove it and open the channel again")
+            }
             if size < Self.headerSize {
                 try Sys.ftruncate(fd, 0).get("resetting \(relativePath)")
                 try FileSpace.reserve(fd, from: 0, to: Self.headerSize + Self.initialDataSize, path: relativePath)
@@ -225,6 +230,12 @@ final class ChannelLog: @unchecked Sendable {
     /// holds the lock, and the next locker's repair rings both.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(_ body: () throws -> R) throws -> R {
+        if case .file(let fd, let relativePath, let absolutePath) = storage,
+           try MappedFile.restoreTruncatedSize(fd, to: Self.headerSize + max(mappedDataSize, 1), path: relativePath) {
+            // Another program cut the file short: it is extended again before the mapping is
+            // touched, and the loss of what the cut part held is said.
+            throw BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
+        }
         let mutex = SharedMutex(header.advanced(by: Self.oMutex))
         let token = try owners?.enter() ?? Self.inProcessToken
         defer { owners?.leave() }

@@ -147,9 +147,20 @@ package final class OwnerTokens: Sendable {
         if cached.load(ordering: .acquiring) == token { return true }
         let path = Self.path(token)
         let fd: Int32
-        switch Sys.openat(directory, path, O_RDONLY) {
+        // Non-blocking and without following links: a FIFO planted in the token's place must not
+        // block the open, and a link is not a token.
+        switch Sys.openat(directory, path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW) {
         case .success(let value): fd = value
+        case .failure(let error) where error.errno == ELOOP:
+            _ = Sys.unlinkat(directory, path)
+            return false
         case .failure(let error): return error.errno != ENOENT && error.errno != ENOTDIR
+        }
+        guard case .success(let info) = Sys.fstat(fd), info.st_mode & S_IFMT == S_IFREG else {
+            // Not a file a process could hold (a FIFO, a directory...): nobody's token.
+            Sys.close(fd)
+            _ = Sys.unlinkat(directory, path)
+            return false
         }
         switch Sys.tryFlock(fd, LOCK_SH) {
         case .success(false):

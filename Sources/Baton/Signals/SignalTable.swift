@@ -76,6 +76,10 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         /// While the container is suspended, the owner token is released (a suspended process
         /// holds no lock) and no entry is claimed.
         var suspended = false
+        /// Observers referenced while the lock was held (by ``moveToTable(_:_:)``), released
+        /// only after it is (``withState(_:)``): an observer whose last reference dies runs its
+        /// `deinit`, which unregisters under the same lock.
+        var releasing: [SignalObserver] = []
         /// The interest mask this process's observers call for.
         var interest: UInt64 {
             var mask: UInt64 = 0
@@ -115,6 +119,16 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     deinit { localWord.deallocate() }
+
+    /// Runs `body` under the state's lock, then drops the observers it kept alive outside it.
+    private func withState<R>(_ body: (inout State) throws -> R) rethrows -> R {
+        var released: [SignalObserver] = []
+        defer { withExtendedLifetime(released) {} }
+        return try state.withLock { state in
+            defer { swap(&released, &state.releasing) }
+            return try body(&state)
+        }
+    }
 
     // MARK: Opening, validating, rebuilding
 
@@ -220,6 +234,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         if !state.observers.isEmpty { claimEntry(&state) }
         for (id, var observed) in state.observers {
             guard let observer = observed.observer else { state.observers[id] = nil; continue }
+            state.releasing.append(observer)
             let slot = try findOrCreateSlot(&state, observer.name)
             state.bitCounts[slot % Self.entryCount] += 1
             // Interest first, then the observer count and the baseline, as in `register`.
@@ -260,14 +275,14 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     /// so posts still ring its doorbell; if another process claims it, ``retakeLocks()`` claims
     /// another one.
     func releaseLocks() {
-        state.withLock { $0.suspended = true }
+        withState { $0.suspended = true }
     }
 
     /// Takes the entry back with this process's new token (or claims another one if it was
     /// taken meanwhile), then has the signal thread look at every observed counter: posts made
     /// while the entry was someone else's are delivered then.
     func retakeLocks() {
-        state.withLock { state in
+        withState { state in
             state.suspended = false
             if let entry = state.entry {
                 if let token = try? container.owners.current(),
@@ -420,7 +435,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     // MARK: SignalBackend
 
     func post(_ name: String, state value: UInt64?) throws {
-        let (map, doorbells, here) = try state.withLock { state throws -> (MappedFile?, [UnsafeMutablePointer<UInt32>], Bool) in
+        let (map, doorbells, here) = try withState { state throws -> (MappedFile?, [UnsafeMutablePointer<UInt32>], Bool) in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, name)
             if let value { baton_store64(slotState(state.map, slot), value) }
@@ -453,7 +468,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     func state(of name: String) throws -> UInt64 {
-        try state.withLock { state in
+        try withState { state in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, name)
             return baton_load64(slotState(state.map, slot))
@@ -461,7 +476,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     func register(_ observer: SignalObserver) throws -> any SignalRegistration {
-        let id = try state.withLock { state throws -> UInt64 in
+        let id = try withState { state throws -> UInt64 in
             try followRetirement(&state)
             let slot = try findOrCreateSlot(&state, observer.name)
             claimEntry(&state)
@@ -489,7 +504,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     private func unregister(_ id: UInt64) {
-        state.withLock { state in
+        withState { state in
             guard let observed = state.observers.removeValue(forKey: id) else { return }
             // A truncated table is left alone (its pages would fault); it is rebuilt on next use.
             guard !Self.isTruncated(state.map) else { return }
@@ -516,7 +531,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
             return
         }
         baton_add32(localWord, 1)
-        let target = state.withLock { $0.sleepingOn }
+        let target = withState { $0.sleepingOn }
         switch target {
         case nil: break // running: it looks at the local word before it sleeps again
         case .local: AddressWait.wakeAll(localWord)
@@ -534,7 +549,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         while true {
             let localSeen = baton_load32(localWord)
             if runJobs(on: executor) { continue }
-            let plan = state.withLock { state -> (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
+            let plan = withState { state -> (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
                 try? followRetirement(&state)
                 let idle = state.observers.isEmpty
                 let overflow = !idle && state.entry == nil
@@ -550,7 +565,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
                 state.sleepingOn = idle ? .local : .shared(state.map, offset: offset)
                 return (state.map, offset, sleeping, baton_load32(Self.word(state.map, offset)), idle)
             }
-            defer { state.withLock { $0.sleepingOn = nil } }
+            defer { withState { $0.sleepingOn = nil } }
             if baton_load32(localWord) != localSeen { continue }
             if plan.idle {
                 _ = AddressWait.wait(on: localWord, expecting: localSeen, timeoutNanoseconds: -1)
@@ -590,7 +605,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     var executor: any TaskExecutor { threadExecutor }
 
     private func scan() {
-        let deliveries = state.withLock { state -> [(SignalObserver, UInt64)] in
+        let deliveries = withState { state -> [(SignalObserver, UInt64)] in
             var deliveries: [(SignalObserver, UInt64)] = []
             try? followRetirement(&state) // a truncated table is extended before it is read
             for (id, var observed) in state.observers {
@@ -605,6 +620,9 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
                     observed.lastSeen = counter
                     state.observers[id] = observed
                     deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
+                } else {
+                    // Its observation may end meanwhile: the last reference must die outside the lock.
+                    state.releasing.append(observer)
                 }
             }
             return deliveries
