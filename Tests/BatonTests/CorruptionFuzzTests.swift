@@ -241,10 +241,10 @@ struct CorruptionFuzzTests {
                 mutation = Self.corrupt(path, "channels/fz", using: &generator)
                 commands = [["channel", "send", "fz", "\"b\"", "--timeout", "2"], ["channel", "receive", "fz", "--count", "1", "--timeout", "1"]]
             case "role":
-                running = try run(["role", "acquire", "--name", "fz", "--role", "main", "--hold", "1"])
+                running = try run(["role", "acquire", "fz", "--role", "main", "--hold", "1"])
                 try await running.line(timeout: 30) { $0.contains("acquired") }
                 mutation = Self.corrupt(path, "roles/fz/record", using: &generator)
-                commands = [["role", "status", "--name", "fz"], ["role", "acquire", "--name", "fz", "--role", "executor", "--timeout", "1"]]
+                commands = [["role", "status", "fz"], ["role", "acquire", "fz", "--role", "executor", "--timeout", "1"]]
             case "presence":
                 running = try run(["presence", "hold", "--kind", "app"])
                 try await running.line(timeout: 30) { $0.hasPrefix("registered") }
@@ -269,7 +269,7 @@ struct CorruptionFuzzTests {
             case "role":
                 // The next epoch granted is past the one the corrupted record's holder had.
                 let held = running.lines.compactMap(Self.epoch).first ?? 0
-                let next = try run(["role", "acquire", "--name", "fz", "--role", "main", "--timeout", "2"])
+                let next = try run(["role", "acquire", "fz", "--role", "main", "--timeout", "2"])
                 if let problem = await Self.problem(next, limit: 15) { problems.append("round \(round) \(mutation): \(problem)") }
                 if let granted = next.lines.compactMap(Self.epoch).first, granted <= held {
                     problems.append("round \(round) \(mutation): epoch \(granted) granted after \(held) (a fencing token reused)")
