@@ -175,6 +175,34 @@ struct DefaultsRecoveryTests {
     /// The writer sets a key every 2 ms (a daemon): its check is one fstat before it touches the
     /// mapping, so a cut landing in the microseconds between that check and the copy would still
     /// fault; a writer setting in a tight loop is not guarded against that race.
+    /// Committed records cut off (truncation) or zeroed by another program while no Baton
+    /// process ran: the keys are gone, and that must be reported as a loss (found by the
+    /// corruption fuzzer, seed 5654: it was reported as a mere word disagreement, "no data lost").
+    @Test(arguments: ["truncate", "zero"])
+    func committedRecordsRemovedWhileStoppedAreALoss(_ damage: String) async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        for key in 0..<6 {
+            #expect(try await runBaton(["defaults", "set", "k\(key)", "v\(key)"], container: path).status == 0)
+        }
+        let log = Self.files(path).log
+        if damage == "truncate" {
+            #expect(truncate(log, 100) == 0)
+        } else {
+            try Self.pwrite(log, [UInt8](repeating: 0, count: 4096), at: 64)
+        }
+        let verify = try await runBaton(["defaults", "verify"], container: path)
+        #expect(verify.status == 6, "\(verify.lines) \(verify.errors)")
+        #expect(verify.lines.first?.contains("\"lost_data\":true") == true, "\(verify.lines)")
+        #expect(verify.lines.first?.contains("cut off or zeroed") == true, "\(verify.lines)")
+        // A write repairs the log; the loss stays reported until acknowledged.
+        #expect(try await runBaton(["defaults", "set", "after", "1"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "verify"], container: path).status == 6)
+        #expect(try await runBaton(["defaults", "acknowledge"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "verify"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "get", "after"], container: path).lines == ["1"])
+    }
+
     @Test func aLogTruncatedUnderAWriterAndAWatcher() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path

@@ -263,18 +263,18 @@ final class DefaultsStore: Sendable {
                     if attempt > 10 { usleep(50) }
                     continue
                 }
-                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                return fromLog(file, generation: fileGeneration, word: word, pendingEnd: pendingEnd, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
                                why: "names generation \(generation), the log is generation \(fileGeneration & DefaultsLogFormat.generationMask)")
             }
             guard length >= DefaultsLogFormat.headerSize, length <= file.size else {
-                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                return fromLog(file, generation: fileGeneration, word: word, pendingEnd: pendingEnd, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
                                why: "says \(length) bytes are committed, the log holds \(file.size)")
             }
             var state = State(log: file, generation: fileGeneration, length: DefaultsLogFormat.headerSize, seen: word)
             state.report.headerRepaired = headerRepaired
             let scan = replay(&state, to: length)
             guard scan.invalidTailStart == nil else {
-                return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                return fromLog(file, generation: fileGeneration, word: word, pendingEnd: pendingEnd, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
                                why: "says \(length) bytes are committed, but the bytes before that do not end with a whole record")
             }
             // Valid records past the committed end (and past a write in progress) mean the word
@@ -287,7 +287,7 @@ final class DefaultsStore: Sendable {
                 if beyond.end > DefaultsLogFormat.align(inFlight) {
                     // A writer may have appended meanwhile: look again unless the words stayed put.
                     if baton_load64(meta.committed) != word || baton_load64(meta.pendingEnd) != pendingEnd { continue }
-                    return fromLog(file, generation: fileGeneration, word: word, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
+                    return fromLog(file, generation: fileGeneration, word: word, pendingEnd: pendingEnd, truncatedFrom: truncatedFrom, headerRepaired: headerRepaired,
                                    why: "says \(length) bytes are committed, but valid records follow up to \(beyond.end)")
                 }
             }
@@ -299,7 +299,13 @@ final class DefaultsStore: Sendable {
 
     /// The state the log's own records give, when the committed word disagrees with them: every
     /// valid record of the file, replayed; the disagreement and any damage reported.
-    private static func fromLog(_ file: MappedFile, generation: UInt64, word: UInt64, truncatedFrom: Int?, headerRepaired: Bool, why: String) -> State {
+    ///
+    /// The committed word alone cannot tell "the log lost committed records" (cut short or
+    /// zeroed by another program) from "the word is damaged". The pending end, written before
+    /// every commit and equal to the committed end after it, can: when both name the same end
+    /// and the log's valid records stop short of it, committed records are missing, and that is
+    /// reported as a loss, never as a mere disagreement.
+    private static func fromLog(_ file: MappedFile, generation: UInt64, word: UInt64, pendingEnd: UInt64, truncatedFrom: Int?, headerRepaired: Bool, why: String) -> State {
         let claimed = Int(word & DefaultsLogFormat.lengthMask)
         var state = State(log: file, generation: generation, length: DefaultsLogFormat.headerSize, seen: word)
         state.report.headerRepaired = headerRepaired
@@ -317,6 +323,11 @@ final class DefaultsStore: Sendable {
             var loss = DefaultsLoss(kind: .corruptTail, offset: tail, byteCount: claimed - tail,
                                     detail: "found by this process, not repaired yet: the next write repairs the log and keeps these bytes")
             classify(&loss, state, DefaultsLogFormat.salvage(file.pointer, tail..<claimed), before: tail)
+            losses.append(loss)
+        } else if pendingEnd == UInt64(claimed), claimed > scan.end, generation & DefaultsLogFormat.generationMask == word >> DefaultsLogFormat.lengthBits {
+            var loss = DefaultsLoss(kind: claimed > file.size ? .truncated : .corruptTail, offset: scan.end, byteCount: claimed - scan.end,
+                                    detail: "the committed word and the pending end agree that \(claimed) bytes were committed, but the log's valid records end at \(scan.end) (the log holds \(file.size) bytes): committed records were cut off or zeroed by another program")
+            loss.keysUnknown = true
             losses.append(loss)
         } else {
             losses.append(DefaultsLoss(kind: .committedWordDisagreed, offset: 0, byteCount: 0,
