@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
         .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
+        .executable(name: "baton-harness", targets: ["BatonHarness"]),
         .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
     ],
     dependencies: [
@@ -63,17 +64,80 @@ let package = Package(
             dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(
-            name: "BatonCLI",
+        // What both executables' commands share: the root command's main, exit statuses,
+        // option groups, output helpers.
+        .target(
+            name: "BatonCommandSupport",
             dependencies: [
                 "Baton",
                 "BatonDatabase",
-                "BatonLoopback",
                 "BatonSimulator",
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Test fixtures shared by the harness, the benchmarks and the tests: the lifecycle
+        // loopback server and connection, the hand-over permit, the test database schema.
+        .target(
+            name: "BatonFixtures",
+            dependencies: [
+                "Baton",
+                "CBatonShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The benchmark suites behind `baton bench`; their workers run in `baton-harness`.
+        .target(
+            name: "BatonBench",
+            dependencies: [
+                "Baton",
+                "BatonCommandSupport",
+                "BatonDatabase",
+                "BatonFixtures",
+                "BatonLoopback",
+                "CBatonShims",
+                "CBatonHarness",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "BatonCLI",
+            dependencies: [
+                "Baton",
+                "BatonBench",
+                "BatonCommandSupport",
+                "BatonDatabase",
+                "BatonSimulator",
+                "CBatonShims",
+                "CBatonHarness",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // `baton-harness`: the worker processes of Baton's own tests and benchmarks (not a
+        // user command). It sits next to `baton` in the build directory.
+        .executableTarget(
+            name: "BatonHarness",
+            dependencies: [
+                "Baton",
+                "BatonBench",
+                "BatonCommandSupport",
+                "BatonDatabase",
+                "BatonFixtures",
+                "BatonLoopback",
+                "BatonSimulator",
+                "CBatonShims",
+                "CBatonHarness",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
@@ -81,13 +145,13 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
-            dependencies: ["BatonSimulator"],
+            dependencies: ["Baton", "BatonSimulator", "BatonFixtures"],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -96,7 +160,9 @@ let package = Package(
                 "BatonTestSupport",
                 "Baton",
                 "BatonDatabase",
+                "BatonFixtures",
                 "BatonCLI",
+                "BatonHarness",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings

@@ -1,12 +1,13 @@
-import Logging
 import ArgumentParser
 import Baton
+import BatonBench
+import BatonCommandSupport
 import BatonSimulator
 import CBatonShims
 import CBatonHarness
 
 @main
-struct BatonCommand: AsyncParsableCommand {
+struct BatonCommand: BatonRootCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton",
         abstract: "Share one container directory safely between processes.",
@@ -23,155 +24,16 @@ struct BatonCommand: AsyncParsableCommand {
             PresenceCommand.self,
             LockCommand.self,
             DatabaseCommand.self,
-            DatabaseTestCommand.self,
             ChannelCommand.self,
             RoleCommand.self,
             DefaultsCommand.self,
             InboxCommand.self,
             LifecycleCommand.self,
             BenchCommand.self,
-            BenchWorkerCommand.self,
-            KernelTestCommand.self, FuzzWorkerCommand.self,
             InspectCommand.self,
             DemoCommand.self, SimulateCommand.self, SimulatorAppCommand.self, SimulatorExtensionCommand.self,
-            SimulatorLockHolderCommand.self, SimulatorGRDBAppCommand.self,
         ]
     )
 
-    static func main() async {
-        if environment("BATON_DIE_WITH_PARENT") != nil { _ = baton_exit_with_parent() }
-        if let index = ArgumentCheck.firstInvalidUTF8Argument() {
-            fail("argument \(index) is not valid UTF-8; names and values must be UTF-8 text (invalid bytes would make two different names the same)")
-        }
-        let command: any ParsableCommand
-        do {
-            command = try parseAsRoot()
-        } catch {
-            // A usage error found while parsing: ArgumentParser's message names the option and
-            // ends with the subcommand's usage.
-            let code = exitCode(for: error)
-            if code == .validationFailure {
-                // One line: ArgumentParser's message, then the subcommand's usage and where its
-                // help is, folded into the same line (scripts read one line per failure).
-                let lines = fullMessage(for: error).split(whereSeparator: \.isNewline).map(String.init)
-                let usage = lines.first { $0.hasPrefix("Usage: ") }.map { String($0.dropFirst("Usage: ".count)) }
-                let see = lines.lazy.map { String($0.drop { $0 == " " }) }.first { $0.hasPrefix("See '") }
-                var line = lines.first ?? "Error: invalid arguments"
-                if let usage { line += " (usage: \(usage)\(see.map { "; " + $0.prefix(1).lowercased() + $0.dropFirst() } ?? ""))" }
-                FileHandleOutput.standardError(oneLine(line))
-                Self.exit(withError: ExitStatus.invalidInput.exitCode)
-            }
-            exit(withError: error)
-        }
-        do {
-            var command = command
-            if var asyncCommand = command as? any AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
-                try command.run()
-            }
-        } catch {
-            finish(type(of: command), error)
-        }
-    }
-
-    /// Ends the process after `command` threw `error`: one line on standard error (for invalid
-    /// input, with the subcommand's usage) and the status of ``ExitStatus``.
-    static func finish(_ command: any ParsableCommand.Type, _ error: any Error) -> Never {
-        switch error {
-        case let outcome as CommandOutcome:
-            FileHandleOutput.standardError(oneLine(outcome.message))
-            Self.exit(withError: outcome.status.exitCode)
-        case let error as BatonError:
-            let status = ExitStatus(error.code)
-            if status == .invalidInput { usageError("\(error.code): \(error.message)", command) }
-            FileHandleOutput.standardError(oneLine("Error: \(error)"))
-            Self.exit(withError: status.exitCode)
-        case let error as ValidationError:
-            usageError(error.message, command)
-        case let error as DecodingError:
-            FileHandleOutput.standardError(oneLine("Error: " + describeDecodingError(error)))
-            Self.exit(withError: ExitStatus.damaged.exitCode)
-        default:
-            let code = exitCode(for: error)
-            if code == .success || error is ExitCode || error is CleanExit { exit(withError: error) }
-            FileHandleOutput.standardError(oneLine("Error: \(message(for: error))"))
-            Self.exit(withError: ExitStatus.internalFailure.exitCode)
-        }
-    }
-
-    /// A usage error found after parsing: the message and the subcommand's usage, in one line
-    /// like a usage error found while parsing (status 64).
-    static func usageError(_ message: String, _ command: any ParsableCommand.Type) -> Never {
-        let path = commandPath(command)
-        let usage = oneLine(usageString(for: command).trimmingTrailingNewlines)
-        FileHandleOutput.standardError(oneLine("Error: \(message) (usage: \(usage); see '\(path) --help' for more information.)"))
-        Self.exit(withError: ExitStatus.invalidInput.exitCode)
-    }
-
-    /// `baton role acquire` for ``RoleCommand/Acquire``.
-    static func commandPath(_ command: any ParsableCommand.Type) -> String {
-        func search(_ node: any ParsableCommand.Type, _ path: [String]) -> [String]? {
-            let name = node._commandName
-            let here = path + [name]
-            if ObjectIdentifier(node) == ObjectIdentifier(command) { return here }
-            for child in node.configuration.subcommands {
-                if let found = search(child, here) { return found }
-            }
-            return nil
-        }
-        return (search(BatonCommand.self, []) ?? ["baton"]).joined(separator: " ")
-    }
-
-    static func oneLine(_ text: String) -> String {
-        text.split(whereSeparator: \.isNewline).joined(separator: " ")
-    }
-
-    /// Prints `Error: <message>` as one line on standard error and exits.
-    static func fail(_ message: String, code: ExitCode = ExitStatus.invalidInput.exitCode) -> Never {
-        FileHandleOutput.standardError(oneLine("Error: " + message))
-        Self.exit(withError: code)
-    }
+    static func main() async { await runMain() }
 }
-
-/// `--container DIR`, defaulting to `$BATON_CONTAINER`.
-struct ContainerOptions: ParsableArguments {
-    @Option(name: .long, help: "The shared container directory (default: $BATON_CONTAINER).")
-    var container: String?
-    @Flag(help: "Accept a container or database that another user owns or may write (refused by default: that user could forge what Baton reads).")
-    var trustOtherUsers = false
-    @Flag(help: "Print on standard error what Baton repairs or decides on its own: recoveries, take-overs, overtaken holders, rebuilt tables, skipped dead tickets, refused stale epochs.")
-    var verbose = false
-
-    func open() throws -> SharedContainer {
-        guard let path = container ?? environment("BATON_CONTAINER") else {
-            throw ValidationError("no container: pass --container DIR or set BATON_CONTAINER")
-        }
-        var logger: Logger?
-        if verbose {
-            var verboseLogger = Logger(label: "baton") { StreamLogHandler.standardError(label: $0) }
-            verboseLogger.logLevel = .notice
-            logger = verboseLogger
-        }
-        return try SharedContainer(path: path, options: SharedContainer.Options(trustsOtherUsers: trustOtherUsers), logger: logger)
-    }
-}
-
-func environment(_ name: String) -> String? {
-    getenv(name).map { String(cString: $0) }
-}
-
-/// Writes a line to standard output and flushes it (the tests read output line by line).
-func emit(_ line: String) {
-    print(line)
-    fflush(nil)
-}
-
-extension String {
-    var trimmingTrailingNewlines: String {
-        var text = self
-        while text.last?.isNewline == true { text.removeLast() }
-        return text
-    }
-}
-

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import BatonSimulator
 import CBatonShims

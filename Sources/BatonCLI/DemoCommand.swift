@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonSimulator
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -161,8 +162,4 @@ func deadLockKillObject(_ kill: DeadLockKill) -> JSONValue {
             ])
         }),
     ])
-}
-
-extension String {
-    func padding(_ width: Int) -> String { count >= width ? self + " " : self + String(repeating: " ", count: width - count) }
 }

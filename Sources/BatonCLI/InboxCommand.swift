@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -11,18 +12,10 @@ struct InboxCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "inbox",
         abstract: "Store, wait for, list and claim messages handed between an app and its extensions.",
-        subcommands: [Put.self, Get.self, List.self, Claim.self, Loopback.self, AppWorker.self, ExtensionWorker.self]
+        subcommands: [Put.self, Get.self, List.self, Claim.self]
     )
 
-    /// `--database PATH`, defaulting to `<container>/baton-inbox.sqlite`.
-    struct InboxOptions: ParsableArguments {
-        @OptionGroup var container: ContainerOptions
-        @Option(help: "The inbox database (default: <container>/baton-inbox.sqlite).") var database: String?
-
-        func open(configuration: InboxConfiguration = InboxConfiguration()) async throws -> Inbox {
-            try await Inbox.open(container: try container.open(), path: database, configuration: configuration)
-        }
-    }
+    typealias InboxOptions = BatonCommandSupport.InboxOptions
 
     struct Put: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

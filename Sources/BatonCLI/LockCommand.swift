@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 
 struct LockCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonSimulator
 
 /// `baton simulate SCENARIO`: any program run as the app and as notification service

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonSimulator
 
 /// `baton sim-app`: the app process of the simulator (internal).

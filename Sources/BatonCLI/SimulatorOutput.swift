@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonSimulator
 import CBatonShims
 #if canImport(FoundationEssentials)

@@ -1,5 +1,6 @@
 import Baton
 @testable import BatonDatabase
+import BatonFixtures
 import Foundation
 import GRDB
 import BatonTestSupport
@@ -86,7 +87,7 @@ struct CheckpointTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.checkpointPages = 32
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         var handedOn = 0, longestWAL = 0, restarts = 0, lastFrames = 0
         for seq in 0..<500 {
             try await database.write { db in
@@ -115,7 +116,7 @@ struct CheckpointTests {
         // The size bound (a RESTART that waits for readers) is set out of reach: only the
         // restarts of the checkpoint plan keep the WAL short.
         let writers = try (1...4).map { writer in
-            try ChildProcess([
+            try ChildProcess(harness: [
                 "db-test", "write", path, "--count", "2000", "--writer", "\(writer)",
                 "--checkpoint-pages", "64", "--wal-restart-size", "\(256 << 20)",
             ], container: directory.path)
@@ -124,7 +125,7 @@ struct CheckpointTests {
             #expect(try await child.wait(timeout: 120) == 0, "writer said: \(child.lines)")
         }
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
         #expect(try await count(database) == 8_000)
         // 8,000 commits without restarts would make a WAL of 8,000 frames (33 MB).
         let wal = try walSize(path)

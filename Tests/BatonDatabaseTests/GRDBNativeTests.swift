@@ -1,5 +1,6 @@
 import Baton
 import BatonDatabase
+import BatonFixtures
 import Foundation
 import GRDB
 import Synchronization
@@ -16,7 +17,7 @@ struct GRDBNativeTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.externalChangePollInterval = .milliseconds(100)
-        return try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        return try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
     }
 
     /// Runs `sql` in the `sqlite3` shell (a program that does not use Baton); `false` when the
@@ -36,7 +37,7 @@ struct GRDBNativeTests {
 
     /// Whether a plain connection of another process can take the write lock now.
     func writeLockIsFree(_ path: String, _ directory: TemporaryContainer) async throws -> Bool {
-        let probe = try ChildProcess(["db-test", "try-lock", path], container: directory.path)
+        let probe = try ChildProcess(harness: ["db-test", "try-lock", path], container: directory.path)
         #expect(try await probe.wait(timeout: 30) == 0, "probe said: \(probe.lines)")
         return probe.lines.contains("free")
     }
@@ -53,7 +54,7 @@ struct GRDBNativeTests {
         try await within(30, "fresh values of the pool's ValueObservation") {
             var iterator = values.makeAsyncIterator()
             #expect(try await iterator.next() == 0)
-            let writer = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
+            let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
             #expect(try await writer.wait() == 0)
             var seen = 0
             while seen != 1 { seen = try #require(try await iterator.next()) }
@@ -82,15 +83,15 @@ struct GRDBNativeTests {
             }
         }
         // The relay runs once a commit to item is seen.
-        let first = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
+        let first = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
         #expect(try await first.wait() == 0)
         try await waitForChanges(1)
         // Three commits to another table, then one to item.
-        let log = try ChildProcess(["db-test", "log", path, "--count", "3"], container: directory.path)
+        let log = try ChildProcess(harness: ["db-test", "log", path, "--count", "3"], container: directory.path)
         #expect(try await log.wait() == 0, "log said: \(log.lines)")
         try await Task.sleep(for: .milliseconds(300))
         #expect(changes.load(ordering: .relaxed) == 1, "commits to creation_log notified an observation of item")
-        let second = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
+        let second = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
         #expect(try await second.wait() == 0)
         try await waitForChanges(2)
         try await Task.sleep(for: .milliseconds(300))
@@ -156,7 +157,7 @@ struct GRDBNativeTests {
         try await database.resume()
         #expect(database.pool === pool, "resume() replaced the pool")
         // The observation started before the suspension delivers commits made after it.
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
         #expect(try await writer.wait() == 0)
         try await within(30, "a value after resume") {
             while latest.load(ordering: .relaxed) != 2 { try await Task.sleep(for: .milliseconds(5)) }
@@ -172,7 +173,7 @@ struct GRDBNativeTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.suspensionMode = .closesConnections
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         let pool = database.pool
         _ = try await count(database)
         await database.suspend()
@@ -202,7 +203,7 @@ struct GRDBNativeTests {
                 committed.store(baton_monotonic_ns(), ordering: .relaxed)
             }
             while !inside.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(2)) }
-            let writer = try ChildProcess(["db-test", "pool-write", path, "--count", "1", "--writer", "\(10 + round)"], container: directory.path)
+            let writer = try ChildProcess(harness: ["db-test", "pool-write", path, "--count", "1", "--writer", "\(10 + round)"], container: directory.path)
             try await writer.line(timeout: 30) { $0 == "ready" }
             // The pool write is now blocked on SQLite's lock.
             try await Task.sleep(for: .milliseconds(300))

@@ -4,9 +4,9 @@ import Foundation
 import BatonTestSupport
 import Testing
 
-/// The inbox with real processes: a loopback message server (`baton inbox loopback serve`), an
-/// app process holding the main role (`baton inbox app`) and extension processes
-/// (`baton inbox extension`), all on one real SQLite database in a temporary container.
+/// The inbox with real processes: a loopback message server (`baton-harness inbox loopback serve`), an
+/// app process holding the main role (`baton-harness inbox app`) and extension processes
+/// (`baton-harness inbox extension`), all on one real SQLite database in a temporary container.
 @Suite("Inbox", .serialized)
 struct InboxTests {
     // MARK: Helpers
@@ -18,19 +18,19 @@ struct InboxTests {
         let container: String
 
         init(container: String, delayMilliseconds: Int = 0) async throws {
-            process = try ChildProcess(["inbox", "loopback", "serve", "--delay-ms", String(delayMilliseconds)], container: container)
+            process = try ChildProcess(harness: ["inbox", "loopback", "serve", "--delay-ms", String(delayMilliseconds)], container: container)
             let line = try await process.line(timeout: 20) { $0.hasPrefix("listening ") }
             port = String(line.dropFirst("listening ".count))
             self.container = container
         }
 
         func push(_ messages: [(String, String)]) async throws {
-            let result = try await runBaton(["inbox", "loopback", "push", "--port", port] + messages.map { "\($0.0)=\($0.1)" }, container: container)
+            let result = try await runHarness(["inbox", "loopback", "push", "--port", port] + messages.map { "\($0.0)=\($0.1)" }, container: container)
             #expect(result.status == 0, "push failed: \(result.lines)")
         }
 
         func stats() async throws -> [String: Int] {
-            let result = try await runBaton(["inbox", "loopback", "stats", "--port", port], container: container)
+            let result = try await runHarness(["inbox", "loopback", "stats", "--port", port], container: container)
             let object = try #require(result.lines.last.flatMap(InboxTests.object))
             return object.compactMapValues { $0 as? Int }
         }
@@ -59,7 +59,7 @@ struct InboxTests {
     }
 
     static func startApp(_ container: String, port: String) async throws -> ChildProcess {
-        let app = try ChildProcess(["inbox", "app", "--port", port], container: container)
+        let app = try ChildProcess(harness: ["inbox", "app", "--port", port], container: container)
         try await app.line(timeout: 30) { $0.contains("\"main\"") }
         try await app.line(timeout: 30) { $0.contains("source-connected") }
         return app
@@ -128,7 +128,7 @@ struct InboxTests {
         let container = try TemporaryContainer()
         let server = try await Server(container: container.path)
         let app = try await Self.startApp(container.path, port: server.port)
-        let extensionProcess = try ChildProcess(["inbox", "extension", "--port", server.port, "--timeout", "30", "call-x"], container: container.path)
+        let extensionProcess = try ChildProcess(harness: ["inbox", "extension", "--port", server.port, "--timeout", "30", "call-x"], container: container.path)
         try await Task.sleep(for: .milliseconds(300))
         try await server.push([("call-x", "ring ring")])
         #expect(try await extensionProcess.wait(timeout: 40) == 0)
@@ -145,12 +145,12 @@ struct InboxTests {
         let container = try TemporaryContainer()
         let server = try await Server(container: container.path)
         try await server.push([("m1", "one"), ("m2", "two"), ("m3", "three")])
-        let first = try await runBaton(["inbox", "extension", "--port", server.port, "m1"], container: container.path, timeout: 40)
+        let first = try await runHarness(["inbox", "extension", "--port", server.port, "m1"], container: container.path, timeout: 40)
         #expect(first.status == 0)
         #expect(Self.messages(first.lines)["m1"]?.route == "receivedByThisProcess")
         #expect(try await Self.storedIDs(container.path) == ["m1", "m2", "m3"])
         // The next extension finds its message without starting anything.
-        let second = try await runBaton(["inbox", "extension", "--port", server.port, "m3"], container: container.path, timeout: 40)
+        let second = try await runHarness(["inbox", "extension", "--port", server.port, "m3"], container: container.path, timeout: 40)
         #expect(Self.messages(second.lines)["m3"]?.route == "alreadyStored")
         let stats = try await server.stats()
         #expect(stats["cores"] == 1)
@@ -160,7 +160,7 @@ struct InboxTests {
     @Test func anExtensionThatCannotGetItsMessageReturnsTimedOut() async throws {
         let container = try TemporaryContainer()
         // No app, no source: nobody will ever store it.
-        let result = try await runBaton(["inbox", "extension", "--timeout", "1.5", "--margin", "1", "never"], container: container.path, timeout: 30)
+        let result = try await runHarness(["inbox", "extension", "--timeout", "1.5", "--margin", "1", "never"], container: container.path, timeout: 30)
         #expect(result.status == 3)
         #expect(result.lines.contains { $0.contains("\"timedOut\"") && $0.contains("never") }, "\(result.lines)")
     }
@@ -172,9 +172,9 @@ struct InboxTests {
         try await server.push(ids.map { ($0, "payload of \($0)") })
         // 20 extension processes with one instance each, and one process with 5 instances.
         var processes = try ids.prefix(20).map {
-            try ChildProcess(["inbox", "extension", "--port", server.port, "--timeout", "60", $0], container: container.path)
+            try ChildProcess(harness: ["inbox", "extension", "--port", server.port, "--timeout", "60", $0], container: container.path)
         }
-        processes.append(try ChildProcess(["inbox", "extension", "--port", server.port, "--timeout", "60"] + ids.suffix(5), container: container.path))
+        processes.append(try ChildProcess(harness: ["inbox", "extension", "--port", server.port, "--timeout", "60"] + ids.suffix(5), container: container.path))
         var shown: [String: Int] = [:]
         var received: [String: String] = [:]
         for process in processes {
@@ -203,7 +203,7 @@ struct InboxTests {
         let server = try await Server(container: container.path, delayMilliseconds: 400)
         let ids = (1...6).map { "slow-\($0)" }
         try await server.push(ids.map { ($0, "p-\($0)") })
-        let executor = try ChildProcess(["inbox", "extension", "--port", server.port, "--timeout", "60", "slow-6"], container: container.path)
+        let executor = try ChildProcess(harness: ["inbox", "extension", "--port", server.port, "--timeout", "60", "slow-6"], container: container.path)
         try await executor.line(timeout: 30) { $0.contains("stored slow-1") }
         let app = try await Self.startApp(container.path, port: server.port)
         #expect(try await executor.wait(timeout: 60) == 0, "\(executor.lines)")
@@ -223,11 +223,11 @@ struct InboxTests {
         let server = try await Server(container: container.path, delayMilliseconds: 300)
         let ids = (1...6).map { "k-\($0)" }
         try await server.push(ids.map { ($0, "p-\($0)") })
-        let doomed = try ChildProcess(["inbox", "extension", "--port", server.port, "--timeout", "60", "k-6"], container: container.path)
+        let doomed = try ChildProcess(harness: ["inbox", "extension", "--port", server.port, "--timeout", "60", "k-6"], container: container.path)
         try await doomed.line(timeout: 30) { $0.contains("stored k-2") }
         doomed.signal(SIGKILL)
         _ = try await doomed.wait(timeout: 10)
-        let successor = try await runBaton(["inbox", "extension", "--port", server.port, "--timeout", "60", "k-6"], container: container.path, timeout: 60)
+        let successor = try await runHarness(["inbox", "extension", "--port", server.port, "--timeout", "60", "k-6"], container: container.path, timeout: 60)
         #expect(successor.status == 0, "\(successor.lines)")
         let got = Self.messages(successor.lines)
         #expect(got["k-6"]?.route == "receivedByThisProcess")

@@ -1,23 +1,11 @@
 import Baton
 import BatonDatabase
+import BatonFixtures
 import Foundation
 import GRDB
 import Synchronization
 import BatonTestSupport
 import Testing
-
-/// The schema the `baton db-test` workers use (same as `TestSchema` in BatonCLI).
-func testMigrator() -> DatabaseMigrator {
-    var migrator = DatabaseMigrator()
-    migrator.registerMigration("v1") { db in
-        try db.execute(sql: """
-            CREATE TABLE item (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT, UNIQUE(writer, seq));
-            CREATE TABLE creation_log (pid INTEGER NOT NULL);
-            """)
-        try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
-    }
-    return migrator
-}
 
 /// Starts a process that holds the database inside a write transaction, then opens it here with
 /// the given busy timeout.
@@ -25,13 +13,13 @@ func openBehindAHolder(
     _ path: String, in directory: TemporaryContainer, busyTimeout: Duration,
     suspensionMode: SharedDatabase.SuspensionMode = .rollsBackWrites
 ) async throws -> (holder: ChildProcess, database: SharedDatabase) {
-    let holder = try ChildProcess(["db-test", "hold", path, "--count", "1"], container: directory.path)
+    let holder = try ChildProcess(harness: ["db-test", "hold", path, "--count", "1"], container: directory.path)
     try await holder.line(timeout: 30) { $0 == "in-transaction" }
     let container = try SharedContainer(path: directory.path)
     var configuration = SharedDatabase.Configuration()
     configuration.busyTimeout = busyTimeout
     configuration.suspensionMode = suspensionMode
-    let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+    let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
     return (holder, database)
 }
 
@@ -77,7 +65,7 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let writers = try (1...4).map { writer in
-            try ChildProcess(["db-test", "write", path, "--count", "2000", "--writer", "\(writer)"], container: directory.path)
+            try ChildProcess(harness: ["db-test", "write", path, "--count", "2000", "--writer", "\(writer)"], container: directory.path)
         }
         for child in writers {
             let status = try await child.wait(timeout: 120)
@@ -86,7 +74,7 @@ struct SharedDatabaseTests {
             #expect(!child.lines.contains { $0.hasPrefix("error") })
         }
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
         #expect(try await count(database) == 8_000)
         for writer in 1...4 {
             #expect(try await count(database, "SELECT count(DISTINCT seq) FROM item WHERE writer = \(writer)") == 2_000)
@@ -105,7 +93,7 @@ struct SharedDatabaseTests {
         configuration.checkpointPages = 64
         configuration.journalSizeLimit = 256 << 10
         configuration.walRestartSize = 1 << 20
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         let stop = Flag()
         // Two readers whose read transactions always overlap: SQLite's passive checkpoints
         // alone could never start the WAL over.
@@ -136,17 +124,17 @@ struct SharedDatabaseTests {
     func killDuringTransaction() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let holder = try ChildProcess(["db-test", "hold", path, "--count", "100"], container: directory.path)
+        let holder = try ChildProcess(harness: ["db-test", "hold", path, "--count", "100"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "in-transaction" }
         // A second writer queues behind the holder.
-        let waiter = try ChildProcess(["db-test", "write", path, "--count", "5", "--writer", "7"], container: directory.path)
+        let waiter = try ChildProcess(harness: ["db-test", "write", path, "--count", "5", "--writer", "7"], container: directory.path)
         try await waiter.line(timeout: 30) { $0 == "ready" }
         holder.signal(SIGKILL)
         #expect(try await holder.wait() == 128 + SIGKILL)
         #expect(try await waiter.wait(timeout: 30) == 0, "waiter said: \(waiter.lines)")
 
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
         #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = -1") == 0)
         #expect(try await count(database, "SELECT count(*) FROM item WHERE writer = 7") == 5)
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
@@ -160,14 +148,14 @@ struct SharedDatabaseTests {
         let path = directory.path + "/app.sqlite"
         // The child writes, keeps its turn in the writer queue for its next write, and is then
         // stopped, as iOS suspends an app between two writes.
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "20", "--writer", "1", "--stay"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "20", "--writer", "1", "--stay"], container: directory.path)
         try await writer.line(timeout: 30) { $0 == "done 20" }
         writer.signal(SIGSTOP)
         defer { writer.signal(SIGKILL) }
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.busyTimeout = .seconds(2)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         // Without the take-over this waits for the whole busy timeout and throws `busy`.
         for seq in 0..<3 {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
@@ -201,14 +189,14 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let openers = try (0..<8).map { _ in
-            try ChildProcess(["db-test", "open", path, "--slow-migration"], container: directory.path)
+            try ChildProcess(harness: ["db-test", "open", path, "--slow-migration"], container: directory.path)
         }
         for child in openers {
             #expect(try await child.wait(timeout: 60) == 0, "opener said: \(child.lines)")
             #expect(child.lines.contains("opened"))
         }
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
         #expect(try await count(database, "SELECT count(*) FROM creation_log") == 1)
     }
 
@@ -219,7 +207,7 @@ struct SharedDatabaseTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.suspensionMode = .closesConnections
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         _ = try await count(database)
         #expect(!ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty, "an open WAL database holds a lock on -shm")
 
@@ -287,7 +275,7 @@ struct SharedDatabaseTests {
         _ = try await holder.wait()
         try await database.resume()
         // Neither the abandoned ticket nor the dead holder's blocks the queue.
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "4"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "3", "--writer", "4"], container: directory.path)
         #expect(try await writer.wait(timeout: 30) == 0, "writer said: \(writer.lines)")
         try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, 2)") }
         #expect(try await count(database) == 4)
@@ -300,7 +288,7 @@ struct SharedDatabaseTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.busyTimeout = .seconds(60)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         // A plain connection (no Baton) holds the write lock, on a thread of its own.
         let plain = try DatabaseQueue(path: path)
         let began = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
@@ -340,7 +328,7 @@ struct SharedDatabaseTests {
         let path = directory.path + "/app.sqlite"
         let epochFile = directory.path + "/epoch"
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
 
         try FileEpochFence.setEpoch(1, in: epochFile)
         let first = FileEpochFence(file: epochFile, scope: "sync", epoch: 1)
@@ -373,10 +361,10 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
 
         // Another process observes; this one inserts.
-        let observer = try ChildProcess(["db-test", "observe", path], container: directory.path)
+        let observer = try ChildProcess(harness: ["db-test", "observe", path], container: directory.path)
         try await observer.line(timeout: 30) { $0 == "count 0" }
         try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") }
         try await observer.line(timeout: 10) { $0 == "count 1" }
@@ -384,7 +372,7 @@ struct SharedDatabaseTests {
         // This process observes; another one inserts.
         var values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }.makeAsyncIterator()
         #expect(try await values.next() == 1)
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "2"], container: directory.path)
         #expect(try await writer.wait() == 0)
         var seen = 1
         while seen != 2 { seen = try #require(try await values.next()) }
@@ -398,7 +386,7 @@ struct SharedDatabaseTests {
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
         configuration.externalChangePollInterval = .milliseconds(100)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator(), configuration: configuration)
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
         var values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }.makeAsyncIterator()
         #expect(try await values.next() == 0)
 
@@ -428,7 +416,7 @@ struct SharedDatabaseTests {
 
         let text = directory.path + "/notes.sqlite"
         try String(repeating: "not a database\n", count: 400).write(toFile: text, atomically: true, encoding: .utf8)
-        await #expect { try await SharedDatabase.open(at: text, container: container, migrator: testMigrator()) } throws: {
+        await #expect { try await SharedDatabase.open(at: text, container: container, migrator: TestSchema.migrator()) } throws: {
             ($0 as? BatonError)?.code == .notADatabase
         }
         await #expect { try await SharedDatabase.openReadOnly(at: text, container: container) } throws: {
@@ -465,18 +453,18 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let container = try SharedContainer(path: directory.path)
-        #expect(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: testMigrator()) == nil)
+        #expect(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: TestSchema.migrator()) == nil)
 
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
         #expect(try await writer.wait() == 0)
         #expect(FileManager.default.fileExists(atPath: path + "-wal"), "persistent WAL keeps -wal")
         #expect(FileManager.default.fileExists(atPath: path + "-shm"), "persistent WAL keeps -shm")
 
-        var newer = testMigrator()
+        var newer = TestSchema.migrator()
         newer.registerMigration("v2") { db in try db.execute(sql: "CREATE TABLE later (id INTEGER PRIMARY KEY)") }
         #expect(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: newer) == nil, "migrations incomplete")
 
-        let reader = try #require(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: testMigrator()))
+        let reader = try #require(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: TestSchema.migrator()))
         #expect(try await count(reader) == 3)
         await #expect { try await reader.write { db in try db.execute(sql: "DELETE FROM item") } } throws: {
             ($0 as? BatonError)?.code == .notWritable
@@ -487,7 +475,7 @@ struct SharedDatabaseTests {
     func checkCommand() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let observer = try ChildProcess(["db-test", "observe", path], container: directory.path)
+        let observer = try ChildProcess(harness: ["db-test", "observe", path], container: directory.path)
         try await observer.line(timeout: 30) { $0 == "count 0" }
         let check = try await runBaton(["db", "check", path, "--json"], container: directory.path)
         #expect(check.status == 0)
@@ -505,9 +493,9 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let container = try SharedContainer(path: directory.path)
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: testMigrator())
+        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
         let commits = try await database.commits(table: "item")
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
         #expect(try await writer.wait() == 0)
         let seen = try await within(30, "the commits of table item") {
             var iterator = commits.makeAsyncIterator()
@@ -523,11 +511,11 @@ struct SharedDatabaseTests {
     func watchCommand() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
-        let opener = try ChildProcess(["db-test", "open", path], container: directory.path)
+        let opener = try ChildProcess(harness: ["db-test", "open", path], container: directory.path)
         #expect(try await opener.wait() == 0)
         let watch = try ChildProcess(["db", "watch", path, "--count", "3", "--timeout", "30", "--announce"], container: directory.path)
         try await watch.line(timeout: 30) { $0 == "ready" }
-        let writer = try ChildProcess(["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "3", "--writer", "1"], container: directory.path)
         #expect(try await writer.wait() == 0)
         #expect(try await watch.wait(timeout: 30) == 0, "watch said: \(watch.lines)")
         #expect(watch.lines.contains { $0.hasPrefix("commit seq=") })

@@ -16,7 +16,7 @@ struct WriterQueueTests {
         // This process holds the turn, working (a kept turn is taken over only when idle).
         let ticket = try queue.acquire(deadline: .after(.seconds(5)), interruption: { nil })
         // A waiter queues behind it, then dies while queued.
-        let dead = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "30"], container: directory.path)
+        let dead = try ChildProcess(harness: ["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "30"], container: directory.path)
         try await dead.line(timeout: 30) { $0 == "started" }
         try await Task.sleep(for: .milliseconds(300))
         dead.signal(SIGKILL)
@@ -25,7 +25,7 @@ struct WriterQueueTests {
         queue.keep(ticket)
         // The next waiter must take the idle kept turn over (after TicketLock.idleLimit), not
         // wait for the holder's next write behind the dead waiter's ticket.
-        let next = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "5"], container: directory.path)
+        let next = try ChildProcess(harness: ["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "5"], container: directory.path)
         let outcome = try await next.line(timeout: 30) { $0 == "acquired" || $0 == "busy" }
         #expect(outcome == "acquired")
         #expect(!queue.resume(ticket), "the kept turn was taken over")
@@ -37,7 +37,7 @@ struct WriterQueueTests {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
         let queue = try TicketLock(container, name: "queue")
-        let holder = try ChildProcess(["kernel-test", "queue-acquire", "--name", "queue"], container: directory.path)
+        let holder = try ChildProcess(harness: ["kernel-test", "queue-acquire", "--name", "queue"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "acquired" }
         let waiting = Task { try queue.acquire(deadline: .after(.seconds(20)), interruption: { nil }) }
         try await Task.sleep(for: .milliseconds(200))

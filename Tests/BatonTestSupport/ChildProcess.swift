@@ -25,11 +25,23 @@ package final class ChildProcess: Sendable {
     /// The `baton` executable next to the test bundle (override with `BATON_EXECUTABLE`).
     package static var executable: String {
         if let path = ProcessInfo.processInfo.environment["BATON_EXECUTABLE"] { return path }
+        return besideTestBundle("baton")
+    }
+
+    /// The `baton-harness` executable (the test and benchmark workers) next to the test bundle
+    /// (override with `BATON_HARNESS_EXECUTABLE`).
+    package static var harnessExecutable: String {
+        if let path = ProcessInfo.processInfo.environment["BATON_HARNESS_EXECUTABLE"] { return path }
+        return besideTestBundle("baton-harness")
+    }
+
+    /// `name` in the build directory that holds the test bundle.
+    private static func besideTestBundle(_ name: String) -> String {
         let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var directory = me.deletingLastPathComponent()
         // The test bundle may sit in a `.xctest` directory on some toolchains.
         if directory.lastPathComponent.hasSuffix(".xctest") { directory = directory.deletingLastPathComponent() }
-        return directory.appendingPathComponent("baton").path
+        return directory.appendingPathComponent(name).path
     }
 
     /// Starts `baton <arguments>` with `BATON_CONTAINER` set to `container`.
@@ -37,15 +49,23 @@ package final class ChildProcess: Sendable {
         try self.init(rawArguments: arguments.map { Array($0.utf8) }, container: container, environment: extra)
     }
 
+    /// Starts `baton-harness <arguments>` (a test worker) with `BATON_CONTAINER` set to `container`.
+    package convenience init(harness arguments: [String], container: String?, environment extra: [String: String] = [:]) throws {
+        try self.init(
+            rawArguments: arguments.map { Array($0.utf8) }, container: container, environment: extra,
+            executable: ChildProcess.harnessExecutable)
+    }
+
     /// Starts `baton` with arguments given as raw bytes (which need not be valid UTF-8), or
     /// `program <baton> <arguments>` when `program` is given (such as `/usr/bin/setpriv` with
-    /// its own options first in `programArguments`).
+    /// its own options first in `programArguments`). `executable` is `baton` unless given (``harnessExecutable``).
     package init(
         rawArguments: [[UInt8]],
         container: String?,
         environment extra: [String: String] = [:],
         program: String? = nil,
-        programArguments: [String] = []
+        programArguments: [String] = [],
+        executable: String = ChildProcess.executable
     ) throws {
         let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
         self.arguments = arguments
@@ -68,7 +88,7 @@ package final class ChildProcess: Sendable {
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
         let prefix = program.map { [Array($0.utf8)] + programArguments.map { Array($0.utf8) } } ?? []
-        let argv = (prefix + [Array(Self.executable.utf8)] + rawArguments).map { bytes -> UnsafeMutablePointer<CChar>? in
+        let argv = (prefix + [Array(executable.utf8)] + rawArguments).map { bytes -> UnsafeMutablePointer<CChar>? in
             let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
             for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
             copy[bytes.count] = 0
@@ -80,7 +100,7 @@ package final class ChildProcess: Sendable {
             envp.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, program ?? Self.executable, &actions, nil, argv, envp)
+        let result = posix_spawn(&pid, program ?? executable, &actions, nil, argv, envp)
         POSIX.close(pipe[1])
         POSIX.close(errorPipe[1])
         guard result == 0 else {
@@ -201,6 +221,13 @@ package final class ChildProcess: Sendable {
 /// Runs `baton <arguments>` to completion and returns its status and output lines.
 package func runBaton(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
     let child = try ChildProcess(arguments, container: container)
+    let status = try await child.wait(timeout: timeout)
+    return (status, child.lines, child.errorLines)
+}
+
+/// Runs `baton-harness <arguments>` (a test worker) to its end.
+package func runHarness(_ arguments: [String], container: String?, timeout: Double = 30) async throws -> (status: Int32, lines: [String], errors: [String]) {
+    let child = try ChildProcess(harness: arguments, container: container)
     let status = try await child.wait(timeout: timeout)
     return (status, child.lines, child.errorLines)
 }

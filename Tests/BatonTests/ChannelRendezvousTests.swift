@@ -15,7 +15,7 @@ struct ChannelRendezvousTests {
         let x = try SharedChannel<Int>(container, name: "x", capacity: .rendezvous)
         let y = try SharedChannel<Int>(container, name: "y", capacity: .rendezvous)
         for round in 0..<5 {
-            let selecter = try ChildProcess(["channel", "test-worker", "select-receive", "x", "y"], container: directory.path)
+            let selecter = try ChildProcess(harness: ["channel", "test-worker", "select-receive", "x", "y"], container: directory.path)
             try await selecter.line(timeout: 30) { $0 == "ready" }
             // Until the select waits: then exactly one of the two may succeed.
             var sent = (x: false, y: false)
@@ -96,7 +96,7 @@ struct ChannelRendezvousTests {
         let y = try SharedChannel<Int>(container, name: "y", capacity: .rendezvous)
         let perSender = 1_000
         let senders = try (0..<2).map { index in
-            try ChildProcess(["channel", "test-worker", "offer-loop", "x", "y", "--from", String(index * 10_000),
+            try ChildProcess(harness: ["channel", "test-worker", "offer-loop", "x", "y", "--from", String(index * 10_000),
                               "--count", String(perSender)], container: directory.path)
         }
         var selecters: [ChildProcess] = []
@@ -109,7 +109,7 @@ struct ChannelRendezvousTests {
                 ended.insert(index)
             }
             while selecters.indices.filter({ !ended.contains($0) }).count < 3 {
-                selecters.append(try ChildProcess(["channel", "test-worker", "select-receive", "x", "y", "--count", "1000"], container: directory.path))
+                selecters.append(try ChildProcess(harness: ["channel", "test-worker", "select-receive", "x", "y", "--count", "1000"], container: directory.path))
             }
             try await Task.sleep(for: .milliseconds(Int.random(in: 5...60)))
             // Kill one live selecter at a random moment of its work.

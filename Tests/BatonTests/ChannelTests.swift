@@ -14,11 +14,11 @@ struct ChannelTests {
         let perProducer = 25_000
         let capacity = "bounded:256"
         let consumers = try (0..<4).map { _ in
-            try ChildProcess(["channel", "test-worker", "consume", "bulk", "--capacity", capacity], container: directory.path)
+            try ChildProcess(harness: ["channel", "test-worker", "consume", "bulk", "--capacity", capacity], container: directory.path)
         }
         for consumer in consumers { try await consumer.line(timeout: 30) { $0 == "ready" } }
         let producers = try (0..<4).map { index in
-            try ChildProcess(["channel", "test-worker", "produce", "bulk", "--capacity", capacity,
+            try ChildProcess(harness: ["channel", "test-worker", "produce", "bulk", "--capacity", capacity,
                               "--from", String(index * perProducer), "--count", String(perProducer)], container: directory.path)
         }
         for producer in producers {
@@ -53,7 +53,7 @@ struct ChannelTests {
             // and is killed the moment its acknowledgement releases the lock.
             let sending = Task { try await channel.send(round + 2, deadline: .after(.seconds(60))) }
             try await Task.sleep(for: .milliseconds(300))
-            let receiver = try ChildProcess(["channel", "test-worker", "receive-and-die", "full"], container: directory.path)
+            let receiver = try ChildProcess(harness: ["channel", "test-worker", "receive-and-die", "full"], container: directory.path)
             try await receiver.line(timeout: 30) { $0 == "ready" }
             try await within(15, "the blocked send after the receiver's acknowledgement") { try await sending.value }
             _ = try await receiver.wait()
@@ -95,7 +95,7 @@ struct ChannelTests {
     func stoppedLockHolderIsNotWaitedForEver() async throws {
         let directory = try TemporaryContainer()
         _ = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "stuck", capacity: .unbounded)
-        let holder = try ChildProcess(["channel", "test-worker", "hold-lock", "stuck"], container: directory.path)
+        let holder = try ChildProcess(harness: ["channel", "test-worker", "hold-lock", "stuck"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "locked" }
         holder.signal(SIGSTOP)
         defer { holder.signal(SIGKILL) }
@@ -110,7 +110,7 @@ struct ChannelTests {
         let directory = try TemporaryContainer()
         let count = 30_000
         let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "log", capacity: .unbounded)
-        let producer = try ChildProcess(["channel", "test-worker", "produce", "log", "--capacity", "unbounded",
+        let producer = try ChildProcess(harness: ["channel", "test-worker", "produce", "log", "--capacity", "unbounded",
                                          "--from", "0", "--count", String(count)], container: directory.path)
         var received: [Int] = []
         // Read slowly at first so the backlog grows the file (it starts at 64 KiB).
@@ -161,7 +161,7 @@ struct ChannelTests {
         // Open before the producer so both see the same (unbounded) channels.
         let data = try SharedChannel<Data>(container, name: "raw", capacity: .unbounded)
         let texts = try SharedChannel<String>(container, name: "raw-text", capacity: .unbounded)
-        let producer = try ChildProcess(["channel", "test-worker", "produce-raw", "raw", "--count", String(count)], container: directory.path)
+        let producer = try ChildProcess(harness: ["channel", "test-worker", "produce-raw", "raw", "--count", String(count)], container: directory.path)
         for index in 0..<count {
             let element = try await data.receive(deadline: .after(.seconds(30)))
             let expected = Data((0..<(index % 300)).map { UInt8(truncatingIfNeeded: index + $0) })
@@ -196,7 +196,7 @@ struct ChannelTests {
         let container = try SharedContainer(path: directory.path)
         let requests = try SharedChannel<String>(container, name: "requests", capacity: .rendezvous)
         let replies = try SharedChannel<String>(container, name: "replies", capacity: .rendezvous)
-        let echo = try ChildProcess(["channel", "test-worker", "echo-text", "requests", "replies"], container: directory.path)
+        let echo = try ChildProcess(harness: ["channel", "test-worker", "echo-text", "requests", "replies"], container: directory.path)
         try await echo.line(timeout: 30) { $0 == "ready" }
         for round in 0..<1_000 {
             // Now and then a pause far longer than any spin, so that the other side's wait
@@ -260,7 +260,7 @@ struct ChannelTests {
         let channel = try SharedChannel<String>(SharedContainer(path: directory.path), name: "jobs", capacity: .bounded(8))
         try await channel.send("precious")
         try await channel.send("second")
-        let holder = try ChildProcess(["channel", "test-worker", "hold", "jobs"], container: directory.path)
+        let holder = try ChildProcess(harness: ["channel", "test-worker", "hold", "jobs"], container: directory.path)
         let taken = try await holder.line(timeout: 30) { $0.hasPrefix("taken ") }
         #expect(taken == "taken \"precious\"")
         // The taken element is not offered to anyone else while its taker lives.
@@ -281,7 +281,7 @@ struct ChannelTests {
         let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "robust", capacity: .unbounded)
         try await channel.send(1)
         try await channel.send(2)
-        let holder = try ChildProcess(["channel", "test-worker", "hold-lock", "robust"], container: directory.path)
+        let holder = try ChildProcess(harness: ["channel", "test-worker", "hold-lock", "robust"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "locked" }
         holder.signal(SIGKILL)
         #expect(try await holder.wait() == 128 + SIGKILL)

@@ -12,7 +12,7 @@ import Glibc
 /// symbolic link), with its processes stopped and while they run, and then used again. No crash,
 /// no wait past a deadline, a typed error or a recovery, and no silent loss of acknowledged data.
 ///
-/// The mutations run in batches inside the hidden `baton test-fuzz` worker (one process per
+/// The mutations run in batches inside the `baton-harness test-fuzz` worker (one process per
 /// format, restarted after the mutation that killed it); a few cross-process cases corrupt the
 /// files under running `baton` commands. `BATON_FUZZ_SEED` replays a seed (printed by every
 /// run), `BATON_FUZZ_COUNT` sets the mutations per format (500 by default).
@@ -44,7 +44,7 @@ struct CorruptionFuzzTests {
         while next < end {
             let directory = try TemporaryContainer()
             let child = try ChildProcess(
-                ["test-fuzz", "--container", directory.path, "--format", format, "--seed", String(seed), "--first", String(next), "--count", String(end - next)],
+                harness: ["test-fuzz", "--container", directory.path, "--format", format, "--seed", String(seed), "--first", String(next), "--count", String(end - next)],
                 container: nil)
             // Each mutation takes milliseconds; the worker kills itself after 20 s on one.
             let limit = 60 + Double(end - next) * 0.5

@@ -45,7 +45,8 @@ struct DeadLockRuleTests {
     /// - Returns: The kill, if the rule killed it.
     static func suspendWorker(_ mode: String, _ arguments: [String], prepare: @Sendable (SimulatedProcess) async -> Void = { _ in }) async throws -> DeadLockKill? {
         let result = Mutex<DeadLockKill?>(nil)
-        try await SimulatorTests.withSimulator { simulator, _ in
+        // The lock holders are test workers: they run in `baton-harness`, not `baton`.
+        try await SimulatorTests.withSimulator(configure: { $0.executable = ChildProcess.harnessExecutable }) { simulator, _ in
             let ready = simulator.expect { $0.kind == .ready }
             let process = try simulator.launch(label: "worker", mode: mode, arguments: arguments)
             _ = try #require(await simulator.wait(for: ready, timeout: .seconds(20)), "\(mode) \(arguments) never reported ready")

@@ -209,7 +209,7 @@ struct DefaultsRecoveryTests {
         #expect(try await runBaton(["defaults", "set", "k0", "start"], container: path).status == 0)
         let watcher = try ChildProcess(["defaults", "watch", "k0", "--announce", "--timeout", "6"], container: path)
         try await watcher.line(timeout: 30) { $0 == "ready" }
-        let writer = try ChildProcess(["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "4", "--pause-microseconds", "2000"], container: path)
+        let writer = try ChildProcess(harness: ["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "4", "--pause-microseconds", "2000"], container: path)
         try await writer.line(timeout: 30) { $0 == "ready" }
         try await Task.sleep(for: .milliseconds(500))
         #expect(truncate(Self.files(path).log, 64 + 200) == 0)

@@ -116,9 +116,9 @@ struct DefaultsTests {
         let directory = try TemporaryContainer()
         let path = directory.path
         let keys = 40
-        let writerA = try ChildProcess(["defaults", "test-writer", "--name", "A", "--keys", "\(keys)", "--seconds", "8"], container: path)
-        let writerB = try ChildProcess(["defaults", "test-writer", "--name", "B", "--keys", "\(keys)", "--seconds", "8"], container: path)
-        let reader = try ChildProcess(["defaults", "test-reader", "--keys", "\(keys)", "--seconds", "9"], container: path)
+        let writerA = try ChildProcess(harness: ["defaults", "test-writer", "--name", "A", "--keys", "\(keys)", "--seconds", "8"], container: path)
+        let writerB = try ChildProcess(harness: ["defaults", "test-writer", "--name", "B", "--keys", "\(keys)", "--seconds", "8"], container: path)
+        let reader = try ChildProcess(harness: ["defaults", "test-reader", "--keys", "\(keys)", "--seconds", "9"], container: path)
         let doneA = try await writerA.line(timeout: 60) { $0.hasPrefix("done") }
         let doneB = try await writerB.line(timeout: 60) { $0.hasPrefix("done") }
         let verdict = try await reader.line(timeout: 60) { $0.hasPrefix("ok") || $0.hasPrefix("bad") }
@@ -157,7 +157,7 @@ struct DefaultsTests {
     @Test func compareAndSetFromEightProcessesCountsExactly() async throws {
         let directory = try TemporaryContainer()
         let children = try (0..<8).map { _ in
-            try ChildProcess(["defaults", "test-increment", "--key", "counter", "--count", "1000", "--wait-for-go"], container: directory.path)
+            try ChildProcess(harness: ["defaults", "test-increment", "--key", "counter", "--count", "1000", "--wait-for-go"], container: directory.path)
         }
         for child in children { try await child.line(timeout: 30) { $0 == "ready" } }
         let defaults = try SharedDefaults(SharedContainer(path: directory.path))
@@ -173,18 +173,18 @@ struct DefaultsTests {
         let path = directory.path
         var lastWritten = 0
         for round in 0..<8 {
-            let writer = try ChildProcess(["defaults", "test-big-writer", "--size", "\(2 << 20)"], container: path)
+            let writer = try ChildProcess(harness: ["defaults", "test-big-writer", "--size", "\(2 << 20)"], container: path)
             _ = try await writer.line(timeout: 30) { $0.hasPrefix("wrote") }
             try await Task.sleep(for: .milliseconds(Int.random(in: 1...40)))
             // Stopped, perhaps in the middle of an append with the writer lock held: readers in
             // other processes take no lock, so they still read the last committed value.
             writer.signal(SIGSTOP)
-            let whileStopped = try await runBaton(["defaults", "test-check-big"], container: path)
+            let whileStopped = try await runHarness(["defaults", "test-check-big"], container: path)
             #expect(whileStopped.lines.contains { $0.hasPrefix("ok ") }, "round \(round): \(whileStopped.lines)")
             writer.signal(SIGKILL)
             _ = try await writer.wait()
             lastWritten = max(lastWritten, writer.lines.compactMap { $0.hasPrefix("wrote ") ? Int($0.dropFirst(6)) : nil }.max() ?? 0)
-            let check = try await runBaton(["defaults", "test-check-big"], container: path)
+            let check = try await runHarness(["defaults", "test-check-big"], container: path)
             #expect(check.status == 0, "round \(round): \(check.lines)")
             #expect(check.lines.contains { $0.hasPrefix("ok ") }, "round \(round): \(check.lines)")
         }
@@ -199,7 +199,7 @@ struct DefaultsTests {
         let directory = try TemporaryContainer()
         let path = directory.path
         #expect(try await runBaton(["defaults", "set", "before", "1"], container: path).status == 0)
-        let dead = try await runBaton(["defaults", "test-die-mid-write"], container: path)
+        let dead = try await runHarness(["defaults", "test-die-mid-write"], container: path)
         #expect(dead.lines == ["holding"])
         #expect(dead.status == 128 + SIGKILL)
         // Readers take no lock and see the committed state.
@@ -372,7 +372,7 @@ struct DefaultsTests {
         let directory = try TemporaryContainer()
         let path = directory.path
         #expect(try await runBaton(["defaults", "set", "big", "old"], container: path).status == 0)
-        let fill = try await runBaton(["defaults", "test-fill", "--limit", "300000", "--size", "\(1 << 20)"], container: path)
+        let fill = try await runHarness(["defaults", "test-fill", "--limit", "300000", "--size", "\(1 << 20)"], container: path)
         #expect(fill.lines.contains("error noSpace"), "\(fill.lines)")
         #expect(try await runBaton(["defaults", "get", "big"], container: path).lines == ["old"])
     }

@@ -14,7 +14,7 @@ struct KernelTests {
         let container = try SharedContainer(path: directory.path)
         let map = try MappedFile(container, relativePath: "word", minimumSize: 4096)
         let word = map.pointer.assumingMemoryBound(to: UInt32.self)
-        let sleeper = try ChildProcess(["kernel-test", "wait-word", "--file", "word", "--timeout", "20"], container: directory.path)
+        let sleeper = try ChildProcess(harness: ["kernel-test", "wait-word", "--file", "word", "--timeout", "20"], container: directory.path)
         try await sleeper.line(timeout: 30) { $0 == "waiting 0" }
         // Let it go to sleep in the kernel: a store alone does not wake a sleeper.
         try await Task.sleep(for: .milliseconds(200))
@@ -84,7 +84,7 @@ struct KernelTests {
     func ownerTokenLiveness() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
-        let child = try ChildProcess(["kernel-test", "hold-token"], container: directory.path)
+        let child = try ChildProcess(harness: ["kernel-test", "hold-token"], container: directory.path)
         let line = try await child.line(timeout: 30) { $0.hasPrefix("token ") }
         let token = try #require(UInt64(line.dropFirst("token ".count), radix: 16))
         #expect(container.owners.isAlive(token))
@@ -110,7 +110,7 @@ struct KernelTests {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
         let map = try MappedFile(container, relativePath: "mutex", minimumSize: 4096)
-        let holder = try ChildProcess(["kernel-test", "hold-mutex", "--file", "mutex"], container: directory.path)
+        let holder = try ChildProcess(harness: ["kernel-test", "hold-mutex", "--file", "mutex"], container: directory.path)
         _ = try await holder.line(timeout: 30) { $0.hasPrefix("held ") }
         let mutex = SharedMutex(map.pointer)
         let token = try container.owners.enter()

@@ -3,7 +3,7 @@ import Synchronization
 import BatonTestSupport
 import Testing
 @testable import Baton
-@testable import BatonCLI
+import BatonFixtures
 
 /// A value shared between a test and its child tasks.
 final class Locked<Value: Sendable>: Sendable {
@@ -584,15 +584,15 @@ struct LifecycleTests {
         let directory = try TemporaryContainer()
         let server = try LoopbackServer()
         let common = ["lifecycle", "supervise", "--port", "\(server.port)"] + permit + ["--keep-alive", "0.05"]
-        let executor = try ChildProcess(common + executorFlags + ["--name", "executor"], container: directory.path)
+        let executor = try ChildProcess(harness: common + executorFlags + ["--name", "executor"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "executor" && $0.isOpen } }
-        let app = try ChildProcess(common + appFlags + ["--name", "app"], container: directory.path)
+        let app = try ChildProcess(harness: common + appFlags + ["--name", "app"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "app" && $0.isOpen } }
         try await Task.sleep(for: .milliseconds(300)) // the executor keeps asking; it must not get in
         app.signal(SIGKILL)
         _ = try await app.wait()
         try await server.waitUntil { $0.filter { $0.name == "executor" }.count == 2 && $0.last?.isOpen == true }
-        let app2 = try ChildProcess(common + appFlags + ["--name", "app2"], container: directory.path)
+        let app2 = try ChildProcess(harness: common + appFlags + ["--name", "app2"], container: directory.path)
         try await server.waitUntil { $0.contains { $0.name == "app2" && $0.isOpen } }
         app2.signal(SIGTERM)
         #expect(try await app2.wait() == 0)

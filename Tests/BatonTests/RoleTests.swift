@@ -452,7 +452,7 @@ struct RoleTests {
         let dir = try TemporaryContainer()
         let log = dir.path + "/soak.log"
         let workers = try (0..<8).map { _ in
-            try ChildProcess(["role", "soak", "--seconds", "10", "--log", log], container: dir.path)
+            try ChildProcess(harness: ["role", "soak", "--seconds", "10", "--log", log], container: dir.path)
         }
         var acquired = 0, fenced = 0
         for worker in workers {

@@ -1,6 +1,7 @@
 import CBatonShims
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import BatonSimulator
 import Synchronization
@@ -11,7 +12,7 @@ import Glibc
 import Darwin
 #endif
 
-/// Test-only worker (hidden): applies seeded corruptions to one on-disk format, in this process,
+/// `baton-harness test-fuzz`: applies seeded corruptions to one on-disk format, in this process,
 /// and checks what Baton does next (the corruption fuzzer of `CorruptionFuzzTests`).
 ///
 /// For each mutation: a fresh container under `--container` is filled through the library, one
@@ -26,7 +27,7 @@ import Darwin
 /// last `begin <index>` line names the mutation (replay with `--first`).
 struct FuzzWorkerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "test-fuzz", abstract: "Corruption fuzzer worker (internal).", shouldDisplay: false)
+        commandName: "test-fuzz", abstract: "Corruption fuzzer worker.")
 
     @OptionGroup var options: ContainerOptions
     @Option(help: "The format to corrupt.") var format: FuzzFormat

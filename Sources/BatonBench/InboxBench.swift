@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import BatonLoopback
 import CBatonShims

@@ -9,7 +9,7 @@ import BatonDatabase
 /// tell apart (a deadline, another process in the way, the other side gone, damaged data) are
 /// small numbers; the rest follow BSD's `sysexits.h`, whose 64 (`EX_USAGE`) is already what
 /// ArgumentParser exits with for a usage error. 126, 127 and 128+N stay the shell's.
-enum ExitStatus: Int32, CaseIterable, Sendable {
+package enum ExitStatus: Int32, CaseIterable, Sendable {
     /// It worked.
     case success = 0
     /// The answer is no: the key is absent, the message was not claimed, a run (`demo`,
@@ -33,10 +33,10 @@ enum ExitStatus: Int32, CaseIterable, Sendable {
     /// where a regular file should be, no permission.
     case refused = 77
 
-    var exitCode: ExitCode { ExitCode(rawValue) }
+    package var exitCode: ExitCode { ExitCode(rawValue) }
 
     /// What the status means, for `--help` and the README.
-    var meaning: String {
+    package var meaning: String {
         switch self {
         case .success: return "success"
         case .absent: return "absent or false (key not set, message not claimed, an invariant failed)"
@@ -52,13 +52,13 @@ enum ExitStatus: Int32, CaseIterable, Sendable {
     }
 
     /// The table shown by `baton --help`.
-    static var table: String {
+    package static var table: String {
         allCases.map { "  \(String($0.rawValue).padding(3)) \($0.meaning)" }.joined(separator: "\n")
             + "\n  128+N killed by signal N"
     }
 
     /// The status of a ``BatonError``.
-    init(_ code: BatonError.Code) {
+    package init(_ code: BatonError.Code) {
         switch code {
         case .timedOut: self = .timedOut
         case .busy: self = .busy
@@ -74,21 +74,21 @@ enum ExitStatus: Int32, CaseIterable, Sendable {
 
 /// How a command ends with a status other than success and an explanation: the message is
 /// printed as one line on standard error (every absence and every timeout says so).
-struct CommandOutcome: Error, Sendable {
-    var status: ExitStatus
-    var message: String
+package struct CommandOutcome: Error, Sendable {
+    package var status: ExitStatus
+    package var message: String
 
-    init(_ status: ExitStatus, _ message: String) {
+    package init(_ status: ExitStatus, _ message: String) {
         self.status = status
         self.message = message
     }
 
     /// A `--timeout` that passed: `what` says what was awaited.
-    static func timedOut(_ what: String, after seconds: Double?) -> CommandOutcome {
+    package static func timedOut(_ what: String, after seconds: Double?) -> CommandOutcome {
         CommandOutcome(.timedOut, "timed out: \(what)\(seconds.map { " within \(formatSeconds($0)) s" } ?? "")")
     }
 }
 
-func formatSeconds(_ seconds: Double) -> String {
+package func formatSeconds(_ seconds: Double) -> String {
     seconds == seconds.rounded() ? String(Int(seconds)) : String(seconds)
 }

@@ -1,4 +1,6 @@
 import Baton
+import BatonFixtures
+import BatonCommandSupport
 import CBatonShims
 import Foundation
 import Synchronization

@@ -1,14 +1,16 @@
 import ArgumentParser
 import Baton
+import BatonFixtures
+import BatonCommandSupport
 import BatonDatabase
 import CBatonShims
 import GRDB
 
-/// `baton db-test MODE PATH`: worker processes for the shared database's tests (hidden).
+/// `baton-harness db-test MODE PATH`: worker processes for the shared database's tests.
 /// Every mode opens the database with ``TestSchema/migrator``.
 struct DatabaseTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "db-test", abstract: "Shared database test workers (internal).", shouldDisplay: false)
+        commandName: "db-test", abstract: "Shared database test workers.")
 
     enum Mode: String, ExpressibleByArgument {
         /// Open (and migrate), print `opened`, exit.
@@ -120,21 +122,5 @@ struct DatabaseTestCommand: AsyncParsableCommand {
                 emit("count \(value)")
             }
         }
-    }
-}
-
-/// The schema of the test and benchmark workers.
-enum TestSchema {
-    static func migrator(slow: Bool = false) -> DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            if slow { usleep(300_000) }
-            try db.execute(sql: """
-                CREATE TABLE item (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT, UNIQUE(writer, seq));
-                CREATE TABLE creation_log (pid INTEGER NOT NULL);
-                """)
-            try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
-        }
-        return migrator
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import BatonLoopback
 #if canImport(FoundationEssentials)
@@ -8,12 +9,18 @@ import FoundationEssentials
 import Foundation
 #endif
 
-extension InboxCommand {
-    /// `baton inbox loopback serve|push|stats|delay`: the test message server (hidden).
+/// `baton-harness inbox ...`: the inbox tests' loopback message server and worker processes.
+struct InboxWorkers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inbox", abstract: "Inbox test workers.", subcommands: [Loopback.self, AppWorker.self, ExtensionWorker.self])
+}
+
+extension InboxWorkers {
+    /// `baton-harness inbox loopback serve|push|stats|delay`: the test message server.
     struct Loopback: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "The loopback message server of the inbox's tests (internal).",
-            shouldDisplay: false,
+            abstract: "The loopback message server of the inbox's tests.",
+            
             subcommands: [Serve.self, Push.self, Stats.self])
 
         struct Serve: ParsableCommand {
@@ -59,12 +66,11 @@ extension InboxCommand {
         }
     }
 
-    /// `baton inbox app --port P`: an app holding the main role and running its core (hidden).
+    /// `baton-harness inbox app --port P`: an app holding the main role and running its core.
     struct AppWorker: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "app",
-            abstract: "Acquire the main role and run a core against the loopback server until SIGTERM (internal).",
-            shouldDisplay: false)
+            abstract: "Acquire the main role and run a core against the loopback server until SIGTERM.")
         @OptionGroup var options: InboxOptions
         @Option var port: UInt16
         @Option(help: "Give up acquiring the role after this many seconds.", transform: ArgumentCheck.seconds) var timeout: Double = 30
@@ -90,14 +96,13 @@ extension InboxCommand {
         }
     }
 
-    /// `baton inbox extension --port P ID...`: an extension process with one instance per id
-    /// (hidden). Each instance opens its own `Inbox`, calls `message(id:deadline:source:)`, then
+    /// `baton-harness inbox extension --port P ID...`: an extension process with one instance per id.
+    /// Each instance opens its own `Inbox`, calls `message(id:deadline:source:)`, then
     /// `claimForDisplay`, and prints one JSON line.
     struct ExtensionWorker: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "extension",
-            abstract: "Get messages as a notification service extension would (internal).",
-            shouldDisplay: false)
+            abstract: "Get messages as a notification service extension would.")
         @OptionGroup var options: InboxOptions
         @Option(help: "The loopback server's port; without it, only wait for the store.") var port: UInt16?
         @Option(help: "The system's limit in seconds.", transform: ArgumentCheck.seconds) var timeout: Double = 30

@@ -8,25 +8,25 @@ import Synchronization
 /// on command, and can refuse new ones (it stops listening, so clients get `ECONNREFUSED`).
 ///
 /// A client may send one line `hello NAME\n` to be named in the records; any other byte counts
-/// as a keep-alive ping. It lives in the command-line target (not the library) because it is a
-/// test fixture: `baton lifecycle test-server` exposes it to other processes.
-final class LoopbackServer: Sendable {
+/// as a keep-alive ping. It lives in BatonFixtures (not the library) because it is a test
+/// fixture: `baton-harness lifecycle test-server` exposes it to other processes.
+package final class LoopbackServer: Sendable {
     /// One connection the server saw.
-    struct Record: Sendable, Hashable, Codable {
-        var id: Int
+    package struct Record: Sendable, Hashable, Codable {
+        package var id: Int
         /// The name the client gave in its `hello` line, if any.
-        var name: String?
+        package var name: String?
         /// CLOCK_MONOTONIC nanoseconds.
-        var openedAt: UInt64
+        package var openedAt: UInt64
         /// Position of the open in the server's global order of events.
-        var openedOrder: Int
-        var closedAt: UInt64?
-        var closedOrder: Int?
+        package var openedOrder: Int
+        package var closedAt: UInt64?
+        package var closedOrder: Int?
         /// `client` or `server`.
-        var closedBy: String?
-        var pings: Int = 0
+        package var closedBy: String?
+        package var pings: Int = 0
 
-        var isOpen: Bool { closedAt == nil }
+        package var isOpen: Bool { closedAt == nil }
     }
 
     private struct State {
@@ -39,12 +39,12 @@ final class LoopbackServer: Sendable {
     }
 
     /// The port it listens on.
-    let port: UInt16
+    package let port: UInt16
     private let loop: PollLoop
     private let state = Mutex(State())
 
     /// Starts listening on 127.0.0.1 (an ephemeral port unless `port` is given).
-    init(port: UInt16 = 0) throws {
+    package init(port: UInt16 = 0) throws {
         loop = try PollLoop(name: "loopback-server")
         let listener = try Self.listen(port: port)
         var address = sockaddr_in()
@@ -59,7 +59,7 @@ final class LoopbackServer: Sendable {
 
     deinit { loop.stop() }
 
-    static func listen(port: UInt16) throws -> Int32 {
+    package static func listen(port: UInt16) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw BatonError(.systemCallFailed, "socket() failed: errno \(errno)") }
         _ = baton_fcntl_int(fd, F_SETFD, FD_CLOEXEC)
@@ -165,15 +165,15 @@ final class LoopbackServer: Sendable {
     // MARK: Commands
 
     /// Every connection seen so far.
-    var records: [Record] { state.withLock { $0.records } }
+    package var records: [Record] { state.withLock { $0.records } }
 
     /// The connections open now.
-    var openConnections: [Record] { records.filter(\.isOpen) }
+    package var openConnections: [Record] { records.filter(\.isOpen) }
 
     /// Drops every open connection now (the clients see the end of the stream); returns how
     /// many were dropped.
     @discardableResult
-    func dropAll() -> Int {
+    package func dropAll() -> Int {
         // Every client descriptor is closed only after `closed(_:by:)` removed it from
         // `openByFD` under this lock, so the descriptors listed there are still open.
         let now = baton_monotonic_ns()
@@ -192,7 +192,7 @@ final class LoopbackServer: Sendable {
     }
 
     /// Stops accepting: the port is closed, so connection attempts are refused.
-    func refuse() {
+    package func refuse() {
         let listener = state.withLock { state -> Int32 in
             defer { state.listener = -1; state.refusing = true }
             return state.listener
@@ -202,7 +202,7 @@ final class LoopbackServer: Sendable {
     }
 
     /// Listens again on the same port.
-    func accept() throws {
+    package func accept() throws {
         let needed = state.withLock { $0.listener < 0 }
         guard needed else { return }
         let listener = try Self.listen(port: port)
@@ -215,7 +215,7 @@ final class LoopbackServer: Sendable {
 
     /// Waits (polling every 2 ms, a test helper) until `predicate` holds for the records.
     @discardableResult
-    func waitUntil(timeout: Double = 20, _ predicate: ([Record]) -> Bool) async throws -> [Record] {
+    package func waitUntil(timeout: Double = 20, _ predicate: ([Record]) -> Bool) async throws -> [Record] {
         let deadline = ContinuousClock.now.advanced(by: .milliseconds(Int64(timeout * 1000)))
         while true {
             let snapshot = records
@@ -229,7 +229,7 @@ final class LoopbackServer: Sendable {
 
     /// Whether no two connections were ever open at the same time, in the server's own order
     /// of events (a close and an accept seen in one batch are ordered close first).
-    static func neverOverlapped(_ records: [Record]) -> Bool {
+    package static func neverOverlapped(_ records: [Record]) -> Bool {
         let sorted = records.sorted { $0.openedOrder < $1.openedOrder }
         for (previous, next) in zip(sorted, sorted.dropFirst()) {
             guard let closed = previous.closedOrder, closed < next.openedOrder else { return false }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -66,7 +67,8 @@ struct BenchReport: Encodable, Sendable {
     var notes: [String: String]
 }
 
-/// A benchmark suite: `baton bench NAME`. Workers run as `baton bench-worker NAME ...`.
+/// A benchmark suite: `baton bench NAME`. Workers run as `baton-harness bench-worker NAME ...`
+/// (``harnessExecutable()``: `baton-harness` next to `baton`).
 protocol BenchSuite: SendableMetatype {
     static var name: String { get }
     /// Runs the suite in a fresh temporary container; returns results and free-form notes.
@@ -86,10 +88,10 @@ let benchSuites: [any BenchSuite.Type] = [
     LifecycleBench.self,
 ]
 
-struct BenchCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+package struct BenchCommand: AsyncParsableCommand {
+    package static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Run a benchmark suite (use a release build: swift run -c release baton bench SUITE --json).",
+        abstract: "Run a benchmark suite (use a release build: swift build -c release, then .build/release/baton bench SUITE --json).",
         discussion: "Suites: \(benchSuites.map { $0.name }.joined(separator: ", ")). Each figure is printed beside the raw primitive measured in the same run, with ratio = value / floor."
     )
 
@@ -100,9 +102,15 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Conditions to measure under, comma-separated: idle, loaded (one CPU-bound process per core, started and stopped by the bench).")
     var conditions = "idle,loaded"
 
-    func run() async throws {
+    package init() {}
+
+    package func run() async throws {
         guard let type = benchSuites.first(where: { $0.name == suite }) else {
             throw ValidationError("unknown suite \(suite); choose one of: \(benchSuites.map { $0.name }.joined(separator: ", "))")
+        }
+        let harness = harnessExecutable()
+        guard access(harness, X_OK) == 0 else {
+            throw CommandOutcome(.notFound, "not found: \(harness); baton bench runs its workers in baton-harness, built beside baton (swift build -c release --product baton-harness), or set BATON_HARNESS_EXECUTABLE")
         }
         #if DEBUG
         let build = "debug"
@@ -145,14 +153,16 @@ struct BenchCommand: AsyncParsableCommand {
     }
 }
 
-struct BenchWorkerCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "bench-worker", abstract: "A worker process of a benchmark suite (internal).", shouldDisplay: false)
+package struct BenchWorkerCommand: AsyncParsableCommand {
+    package static let configuration = CommandConfiguration(
+        commandName: "bench-worker", abstract: "A worker process of a benchmark suite (spawned by `baton bench`).")
     @Argument var suite: String
     @Option var container: String
     @Argument(parsing: .captureForPassthrough) var arguments: [String] = []
 
-    func run() async throws {
+    package init() {}
+
+    package func run() async throws {
         if suite == BenchCondition.loadWorker {
             // CPU-bound until killed (the bench kills it; it dies with its parent too).
             emit("ready")
@@ -169,26 +179,7 @@ struct BenchWorkerCommand: AsyncParsableCommand {
     }
 }
 
-enum FileHandleOutput {
-    static func standardError(_ line: String) {
-        var text = line + "\n"
-        text.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
-    }
-}
-
 // MARK: - Measurement helpers
-
-/// Nanoseconds on CLOCK_MONOTONIC (comparable across processes).
-@inline(__always) func monotonicNanoseconds() -> UInt64 { baton_monotonic_ns() }
-
-/// A number with two decimals.
-func fixed(_ value: Double) -> String {
-    guard value.isFinite else { return "\(value)" }
-    let scaled = (value * 100).rounded()
-    let whole = Int(scaled / 100)
-    let fraction = Int(abs(scaled).truncatingRemainder(dividingBy: 100))
-    return "\(scaled < 0 && whole == 0 ? "-" : "")\(whole).\(fraction < 10 ? "0" : "")\(fraction)"
-}
 
 /// The `p`-th percentile (0...100) of `samples`, by nearest rank.
 func percentile(_ samples: [Double], _ p: Double) -> Double {
@@ -198,28 +189,7 @@ func percentile(_ samples: [Double], _ p: Double) -> Double {
     return sorted[min(max(rank, 0), sorted.count - 1)]
 }
 
-func makeTemporaryDirectory(prefix: String) throws -> String {
-    let base = environment("TMPDIR") ?? "/tmp"
-    var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-    guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw BatonError(.systemCallFailed, "mkdtemp failed in \(base)")
-    }
-    return String(cString: result)
-}
-
-func removeTree(_ path: String) {
-    _ = try? FileManager.default.removeItem(atPath: path)
-}
-
-/// The path of this executable, to spawn workers of itself.
-func selfExecutable() -> String {
-    var buffer = [CChar](repeating: 0, count: 4096)
-    let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-    if count > 0 { return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-    return CommandLine.arguments[0]
-}
-
-/// A worker child process for benchmarks: `baton bench-worker SUITE --container DIR ARGS...`.
+/// A worker child process for benchmarks: `baton-harness bench-worker SUITE --container DIR ARGS...`.
 /// Its standard input and output are pipes; it is SIGKILLed and reaped on deinit.
 final class WorkerProcess {
     let pid: pid_t
@@ -240,7 +210,7 @@ final class WorkerProcess {
         for fd in [toChild[0], toChild[1], fromChild[0], fromChild[1]] {
             posix_spawn_file_actions_addclose(&actions, fd)
         }
-        let executable = selfExecutable()
+        let executable = harnessExecutable()
         let argv = ([executable, "bench-worker", "--container", container, suite] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         setenv("BATON_DIE_WITH_PARENT", "1", 1)
@@ -296,15 +266,4 @@ final class WorkerProcess {
         close(input)
         close(output)
     }
-}
-
-/// Reads one line from standard input (blocking; bench workers only).
-func readStandardInputLine() -> String? {
-    var bytes: [UInt8] = []
-    var byte: UInt8 = 0
-    while read(0, &byte, 1) == 1 {
-        if byte == 10 { return String(decoding: bytes, as: UTF8.self) }
-        bytes.append(byte)
-    }
-    return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
 }

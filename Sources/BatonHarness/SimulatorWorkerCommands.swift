@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import BatonSimulator
 import CBatonShims
@@ -11,12 +12,12 @@ import Darwin
 import Glibc
 #endif
 
-/// `baton sim-lock-holder`: a program that holds one kind of lock in the container when it is
+/// `baton-harness sim-lock-holder`: a program that holds one kind of lock in the container when it is
 /// suspended, to test each clause of the 0xDEAD10CC rule (internal: driven by the simulator
 /// over the lifecycle protocol, as any program would be).
 struct SimulatorLockHolderCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sim-lock-holder", abstract: "Hold one kind of lock across suspension (internal: tests the 0xDEAD10CC rule).", shouldDisplay: false)
+        commandName: "sim-lock-holder", abstract: "Hold one kind of lock across suspension (tests the 0xDEAD10CC rule).")
 
     enum Hold: String, ExpressibleByArgument, CaseIterable {
         /// `flock` on a plain file.
@@ -105,13 +106,13 @@ struct SimulatorLockHolderCommand: AsyncParsableCommand {
     }
 }
 
-/// `baton sim-grdb-app`: an app that uses GRDB and keeps a write transaction open when it goes
+/// `baton-harness sim-grdb-app`: an app that uses GRDB and keeps a write transaction open when it goes
 /// to the background (internal). Plain, it uses its own `DatabasePool` and is killed at
 /// suspension; with `--baton` the pool is a ``SharedDatabase`` and the container's suspension
 /// interrupts and rolls back the write before the process is stopped.
 struct SimulatorGRDBAppCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sim-grdb-app", abstract: "A GRDB app with a write open across the background transition (internal).", shouldDisplay: false)
+        commandName: "sim-grdb-app", abstract: "A GRDB app with a write open across the background transition.")
 
     @OptionGroup var options: ContainerOptions
     @Option(help: "Unused (the simulator passes its server's port to every mode).") var port: UInt16?

@@ -16,7 +16,7 @@ import Glibc
 /// Call ``prepare()`` first thing in a command that waits for it: a signal that arrives before
 /// the handlers are in place would kill the process (a test may send SIGTERM as soon as the
 /// command says it is ready, while its main task has not reached ``wait()`` yet).
-enum TerminationSignal {
+package enum TerminationSignal {
     private static let state = Mutex<(fired: Bool, next: Int, waiters: [Int: CheckedContinuation<Void, Never>])>((false, 0, [:]))
     private nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
     private static let installed: Void = {
@@ -31,11 +31,11 @@ enum TerminationSignal {
     }()
 
     /// Catches SIGTERM and SIGINT from now on (idempotent).
-    static func prepare() { _ = installed }
+    package static func prepare() { _ = installed }
 
     /// Returns once SIGTERM or SIGINT has arrived (since ``prepare()``), or when the task is
     /// cancelled.
-    static func wait() async {
+    package static func wait() async {
         prepare()
         let id = state.withLock { state -> Int in
             state.next += 1
@@ -63,34 +63,4 @@ enum TerminationSignal {
         }
         for waiter in waiters { waiter.resume() }
     }
-}
-
-/// A JSON value for the command line's machine-readable output.
-enum JSONValue: Encodable, Sendable {
-    case string(String)
-    case int(Int)
-    case double(Double)
-    case bool(Bool)
-    case null
-    case array([JSONValue])
-    case object([String: JSONValue])
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .string(let value): try container.encode(value)
-        case .int(let value): try container.encode(value)
-        case .double(let value): try container.encode(value)
-        case .bool(let value): try container.encode(value)
-        case .null: try container.encodeNil()
-        case .array(let value): try container.encode(value)
-        case .object(let value): try container.encode(value)
-        }
-    }
-}
-
-func jsonLine(_ value: some Encodable) throws -> String {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-    return String(decoding: try encoder.encode(value), as: UTF8.self)
 }

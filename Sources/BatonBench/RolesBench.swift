@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials

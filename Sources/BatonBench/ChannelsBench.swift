@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import CBatonShims
 
 /// `baton bench channels`: cross-process throughput of each capacity mode and the rendezvous

@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import CBatonShims
 import Foundation
 
@@ -286,7 +287,7 @@ enum DefaultsBench: BenchSuite {
             }
             emit("done")
         case "get":
-            // For profiling the read path: `echo go | baton bench-worker --container D defaults get N`.
+            // For profiling the read path: `echo go | baton-harness bench-worker --container D defaults get N`.
             let operations = Int(arguments[1])!
             let defaults = try SharedDefaults(container, suite: "bench")
             for (index, key) in keys.enumerated() { try defaults.set(values[index % values.count], forKey: key) }

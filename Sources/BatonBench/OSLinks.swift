@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import CBatonHarness
 #if canImport(Glibc)
 import Glibc

@@ -1,15 +1,15 @@
 import ArgumentParser
 import Baton
+import BatonCommandSupport
 import BatonDatabase
 import CBatonShims
 
-/// Hidden workers for the kernel-layer tests: a process that sleeps on a shared word, one that
+/// `baton-harness kernel-test ...`: workers for the kernel-layer tests: a process that sleeps on a shared word, one that
 /// holds an owner token, one that holds a ``SharedMutex``.
 struct KernelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kernel-test",
         abstract: "Test workers for the kernel layer.",
-        shouldDisplay: false,
         subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self, QueueAcquire.self]
     )
 

@@ -14,18 +14,18 @@ import Darwin
 /// Checks of command-line values, used as `@Option(transform:)`: a value that is not what the
 /// option means (NaN, an infinity, a negative count, a duration past any clock) is refused while
 /// parsing, with a message that says what is allowed, instead of trapping later.
-enum ArgumentCheck {
+package enum ArgumentCheck {
     /// The longest duration accepted, in seconds (about 31 years): omit the option to wait
     /// forever.
-    static let maximumSeconds = 1e9
+    package static let maximumSeconds = 1e9
 
     /// A number of seconds from 0 to ``maximumSeconds``.
-    static func seconds(_ text: String) throws -> Double {
+    package static func seconds(_ text: String) throws -> Double {
         try seconds(text, minimum: 0)
     }
 
     /// A number of seconds above 0 (an interval between checks) up to ``maximumSeconds``.
-    static func positiveSeconds(_ text: String) throws -> Double {
+    package static func positiveSeconds(_ text: String) throws -> Double {
         try seconds(text, minimum: 0.001)
     }
 
@@ -40,7 +40,7 @@ enum ArgumentCheck {
     }
 
     /// A signal state: a whole number from 0 to `UInt64.max`.
-    static func state(_ text: String) throws -> UInt64 {
+    package static func state(_ text: String) throws -> UInt64 {
         if let value = UInt64(text) { return value }
         if let value = Int(text), value < 0 {
             throw ValidationError("a state is a whole number from 0 to \(UInt64.max); \(value) is negative")
@@ -52,14 +52,14 @@ enum ArgumentCheck {
     }
 
     /// A count from 0 up.
-    static func count(_ text: String) throws -> Int {
+    package static func count(_ text: String) throws -> Int {
         guard let value = Int(text) else { throw ValidationError("not a whole number") }
         guard value >= 0 else { throw ValidationError("must be 0 or more") }
         return value
     }
 
     /// A count from 1 up.
-    static func positiveCount(_ text: String) throws -> Int {
+    package static func positiveCount(_ text: String) throws -> Int {
         guard let value = Int(text) else { throw ValidationError("not a whole number") }
         guard value >= 1 else { throw ValidationError("must be 1 or more") }
         return value
@@ -69,7 +69,7 @@ enum ArgumentCheck {
     ///
     /// `CommandLine.arguments` repairs invalid bytes (each becomes U+FFFD), so two different
     /// byte strings would name the same signal or key: the raw `argv` bytes are checked instead.
-    static func firstInvalidUTF8Argument() -> Int? {
+    package static func firstInvalidUTF8Argument() -> Int? {
         for index in 1..<Int(CommandLine.argc) {
             guard let pointer = CommandLine.unsafeArgv[index] else { continue }
             let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
@@ -82,7 +82,7 @@ enum ArgumentCheck {
 extension Deadline {
     /// The deadline `seconds` from now for an option checked by ``ArgumentCheck/seconds(_:)``,
     /// or ``never`` without one.
-    static func option(_ seconds: Double?) throws -> Deadline {
+    package static func option(_ seconds: Double?) throws -> Deadline {
         try seconds.map { try Deadline.seconds($0) } ?? .never
     }
 }

@@ -5,7 +5,7 @@ import Synchronization
 
 /// A TCP client connection to a ``LoopbackServer``, as a ``SupervisedConnection``: the end of
 /// the stream is noticed by a shared poll thread (no polling), `close()` shuts the socket down.
-final class LoopbackConnection: SupervisedConnection {
+package final class LoopbackConnection: SupervisedConnection {
     private static let poller = Mutex<PollLoop?>(nil)
 
     private static func sharedLoop() throws -> PollLoop {
@@ -24,7 +24,7 @@ final class LoopbackConnection: SupervisedConnection {
     /// Connects to 127.0.0.1:`port` (a blocking connect: instant on loopback) and sends
     /// `hello NAME` when a name is given.
     /// - Throws: `systemCallFailed` (for example when the server refuses).
-    static func open(port: UInt16, name: String? = nil) throws -> LoopbackConnection {
+    package static func open(port: UInt16, name: String? = nil) throws -> LoopbackConnection {
         let fd = try connectSocket(port: port)
         if let name {
             let line = Array("hello \(name)\n".utf8)
@@ -34,7 +34,7 @@ final class LoopbackConnection: SupervisedConnection {
     }
 
     /// A connected socket (the raw primitive the benchmark compares against).
-    static func connectSocket(port: UInt16) throws -> Int32 {
+    package static func connectSocket(port: UInt16) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw BatonError(.systemCallFailed, "socket() failed: errno \(errno)") }
         _ = baton_fcntl_int(fd, F_SETFD, FD_CLOEXEC)
@@ -81,9 +81,9 @@ final class LoopbackConnection: SupervisedConnection {
         for waiter in waiters { waiter.resume() }
     }
 
-    var isClosed: Bool { state.withLock { $0.closed } }
+    package var isClosed: Bool { state.withLock { $0.closed } }
 
-    func closed() async {
+    package func closed() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let already = state.withLock { state -> Bool in
                 if state.closed { return true }
@@ -94,7 +94,7 @@ final class LoopbackConnection: SupervisedConnection {
         }
     }
 
-    func close() async {
+    package func close() async {
         let shut = loop.withRegistered { registered -> Bool in
             guard registered.contains(fd) && !isClosed else { return false }
             return shutdown(fd, Int32(SHUT_RDWR)) == 0
@@ -105,7 +105,7 @@ final class LoopbackConnection: SupervisedConnection {
         await closed()
     }
 
-    func ping() async throws {
+    package func ping() async throws {
         let sent = loop.withRegistered { registered -> Int in
             guard registered.contains(fd), !isClosed else { return -1 }
             var byte: UInt8 = 112 // "p"

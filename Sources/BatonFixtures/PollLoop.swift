@@ -6,8 +6,8 @@ import Synchronization
 /// server and its clients. Handlers run on that thread; a handler that returns `false` has its
 /// descriptor removed and closed by the loop (only the loop closes registered descriptors, so a
 /// descriptor number is never reused while another thread may still act on it).
-final class PollLoop: Sendable {
-    typealias Handler = @Sendable (_ revents: Int16) -> Bool
+package final class PollLoop: Sendable {
+    package typealias Handler = @Sendable (_ revents: Int16) -> Bool
 
     private struct State {
         var handlers: [(fd: Int32, events: Int16, last: Bool, handler: Handler)] = []
@@ -20,7 +20,7 @@ final class PollLoop: Sendable {
     private let wakeWrite: Int32
 
     /// Starts the thread.
-    init(name: String) throws {
+    package init(name: String) throws {
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { throw POSIXError(.EMFILE) }
         for end in ends {
@@ -37,30 +37,30 @@ final class PollLoop: Sendable {
     /// Registers `fd`; `handler` is called with the returned events. Descriptors registered
     /// with `handledLast` (a listening socket) are handled after the others of the same batch,
     /// so that the closes of old connections are recorded before the accepts of new ones.
-    func add(_ fd: Int32, events: Int16 = Int16(POLLIN), handledLast: Bool = false, handler: @escaping Handler) {
+    package func add(_ fd: Int32, events: Int16 = Int16(POLLIN), handledLast: Bool = false, handler: @escaping Handler) {
         state.withLock { $0.handlers.append((fd, events, handledLast, handler)) }
         wake()
     }
 
     /// Runs `body` on the caller's thread while the loop cannot close any descriptor.
-    func withRegistered<R>(_ body: (_ registered: Set<Int32>) -> R) -> R {
+    package func withRegistered<R>(_ body: (_ registered: Set<Int32>) -> R) -> R {
         state.withLock { body(Set($0.handlers.map(\.fd))) }
     }
 
     /// Removes `fd` and closes it on the loop's thread; returns once that is done.
-    func remove(_ fd: Int32) {
+    package func remove(_ fd: Int32) {
         state.withLock { $0.removals.append(fd) }
         wake()
         while state.withLock({ $0.handlers.contains { $0.fd == fd } }) { usleep(50) }
     }
 
     /// Stops the thread and closes every registered descriptor.
-    func stop() {
+    package func stop() {
         state.withLock { $0.stopped = true }
         wake()
     }
 
-    func wake() {
+    package func wake() {
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
     }

@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import CBatonShims
 
 /// `baton bench signals`: post-to-wake latency between two processes and the fan-out to 16

@@ -11,26 +11,26 @@ import Foundation
 ///
 /// A stand-in for roles (issue 3) in the two-process hand-over test until roles are merged;
 /// it has no fencing, no critical-section bound and no status. Priorities 1...4.
-struct HandoverPermit: ConnectionPermit {
-    static let priorities: ClosedRange<UInt32> = 1...4
+package struct HandoverPermit: ConnectionPermit {
+    package static let priorities: ClosedRange<UInt32> = 1...4
 
-    let container: SharedContainer
-    let name: String
-    let priority: UInt32
+    package let container: SharedContainer
+    package let name: String
+    package let priority: UInt32
 
-    init(container: SharedContainer, name: String, priority: UInt32) {
+    package init(container: SharedContainer, name: String, priority: UInt32) {
         self.container = container
         self.name = name
         self.priority = min(max(priority, Self.priorities.lowerBound), Self.priorities.upperBound)
     }
 
-    func signalName(_ priority: UInt32) -> String { "lifecycle.\(name).want.\(priority)" }
+    package func signalName(_ priority: UInt32) -> String { "lifecycle.\(name).want.\(priority)" }
 
     private var higherPriorities: [UInt32] {
         priority < Self.priorities.upperBound ? Array((priority + 1)...Self.priorities.upperBound) : []
     }
 
-    func acquire(deadline: Deadline) async throws -> any ConnectionGrant {
+    package func acquire(deadline: Deadline) async throws -> any ConnectionGrant {
         let lock = try FileLock(container, name: "lifecycle/\(name).lock")
         let signals = try container.signals
         let pid = UInt64(UInt32(bitPattern: getpid()))
