@@ -42,7 +42,7 @@ let package = Package(
         ),
         .target(
             name: "BatonLoopback",
-            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "CBatonShims", "CBatonHarness"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -59,7 +59,7 @@ let package = Package(
         ),
         .target(
             name: "BatonSimulator",
-            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "BatonLoopback", "CBatonShims"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -85,7 +85,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonSimulator", "BatonTestSupport"],
+            dependencies: ["Baton", "BatonCLI", "BatonLoopback", "BatonSimulator", "BatonTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Baton
+import BatonLoopback
 import CBatonShims
 import Foundation
 
@@ -145,7 +146,7 @@ struct LifecycleCommand: AsyncParsableCommand {
                     backoff: ConnectionBackoff(initialDelay: .milliseconds(50), maximumDelay: .seconds(1), stablePeriod: .milliseconds(200)),
                     keepAliveInterval: .milliseconds(Int64(keepAlive * 1000)))
             ) {
-                try LoopbackConnection.open(port: port, name: name)
+                try LoopbackClient(port: port, hello: .init(name: name))
             }
             let states = supervisor.states()
             try await withThrowingTaskGroup(of: Void.self) { group in

@@ -49,7 +49,7 @@ enum InboxBench: BenchSuite {
                 throw BatonError(.invalidArgument, "the loopback server did not start")
             }
             for index in 0..<10 {
-                _ = try LoopbackMessageSource.command("PUSH e\(round)-\(index) \(Hex.encode(Array("payload \(index)".utf8)))", port: port)
+                _ = try LoopbackClient.command(.push(id: "e\(round)-\(index)", payload: Array("payload \(index)".utf8)), port: port)
             }
             executorRuns.append(try runSample(sample, [path, "e\(round)-9", String(port)]))
         }
@@ -176,7 +176,7 @@ enum InboxBench: BenchSuite {
             throw BatonError(.invalidArgument, "the loopback server did not start")
         }
         for index in 0..<size {
-            let reply = try LoopbackMessageSource.command("PUSH b\(index) \(Hex.encode(Array("payload \(index)".utf8)))", port: port)
+            let reply = try LoopbackClient.command(.push(id: "b\(index)", payload: Array("payload \(index)".utf8)), port: port)
             guard reply == "OK" else { throw BatonError(.invalidArgument, "push failed: \(reply)") }
         }
         let start = monotonicNanoseconds()
@@ -189,7 +189,7 @@ enum InboxBench: BenchSuite {
             times.append(Double(done.at &- start) / 1e6)
             worker.wait()
         }
-        let stats = try LoopbackMessageSource.command("STATS", port: port)
+        let stats = try LoopbackClient.command(.stats, port: port)
         let cores = stats.split(separator: " ").first { $0.hasPrefix("cores=") }.flatMap { Int($0.dropFirst(6)) } ?? -1
         return (times.max() ?? .nan, times, cores)
     }
@@ -199,7 +199,7 @@ enum InboxBench: BenchSuite {
     static func worker(arguments: [String], container path: String) async throws {
         switch arguments.first {
         case "server":
-            let server = try LoopbackMessageServer(delayMilliseconds: 0)
+            let server = try LoopbackServer(delayMilliseconds: 0)
             emit("listening \(server.port)")
             server.serve()
         case "extension" where arguments.count == 5:
