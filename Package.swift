@@ -40,6 +40,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The one process spawner of the command line, the simulator and the tests (not a product).
+        .target(
+            name: "BatonSpawn",
+            dependencies: ["Baton", "CBatonHarness"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "BatonLoopback",
             dependencies: ["Baton", "BatonDatabase", "CBatonShims", "CBatonHarness"],
@@ -59,7 +65,7 @@ let package = Package(
         ),
         .target(
             name: "BatonSimulator",
-            dependencies: ["Baton", "BatonDatabase", "BatonLoopback", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "BatonLoopback", "BatonSpawn", "CBatonShims"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -69,6 +75,7 @@ let package = Package(
                 "BatonDatabase",
                 "BatonLoopback",
                 "BatonSimulator",
+                "BatonSpawn",
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -79,7 +86,7 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
-            dependencies: ["BatonSimulator"],
+            dependencies: ["BatonSimulator", "BatonSpawn"],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),

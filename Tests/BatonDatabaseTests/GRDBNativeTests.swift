@@ -25,12 +25,7 @@ struct GRDBNativeTests {
         guard let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             return false
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: shell)
-        process.arguments = [path, sql]
-        try process.run()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        #expect(try runProgram(shell, [path, sql]).status == 0)
         return true
     }
 

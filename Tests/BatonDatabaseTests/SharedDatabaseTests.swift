@@ -411,12 +411,7 @@ struct SharedDatabaseTests {
 
         let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first { FileManager.default.isExecutableFile(atPath: $0) }
         if let shell {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: shell)
-            process.arguments = [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]
-            try process.run()
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
+            #expect(try runProgram(shell, [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]).status == 0)
             while seen != 2 { seen = try #require(try await values.next()) }
         }
     }

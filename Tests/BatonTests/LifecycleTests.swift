@@ -65,12 +65,7 @@ func ipCommandAvailable() -> Bool {
 
 @discardableResult
 func runIP(_ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-    process.arguments = arguments
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
+    try runProgram("/usr/sbin/ip", arguments).status
 }
 
 /// Wraps a permit to observe the moment each grant is released.

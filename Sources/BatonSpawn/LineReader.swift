@@ -6,9 +6,10 @@ import Glibc
 #endif
 
 /// Reads newline-terminated lines from a descriptor on a ``KernelThread`` and hands each to
-/// a handler; calls `onEnd` once at end of file or error. The descriptor is not closed.
-enum LineReader {
-    static func start(
+/// a handler; calls `onEnd` once at end of file or error. The descriptor is not closed: a pipe of a
+/// ``SpawnedProcess`` is closed by it; one the caller owns, by the caller.
+package enum LineReader {
+    package static func start(
         fd: Int32,
         name: String,
         onLine: @escaping @Sendable (String) -> Void,
@@ -36,7 +37,7 @@ enum LineReader {
 
     /// Writes all of `text` to `fd`; returns false when the other end is gone.
     @discardableResult
-    static func writeAll(_ fd: Int32, _ text: String) -> Bool {
+    package static func writeAll(_ fd: Int32, _ text: String) -> Bool {
         var text = text
         return text.withUTF8 { buffer -> Bool in
             var offset = 0
