@@ -13,7 +13,7 @@ let package = Package(
     products: [
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
-        .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
+        .library(name: "BatonSimulator", targets: ["BatonSimulator", "BatonLoopback"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
         .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
     ],
@@ -48,7 +48,7 @@ let package = Package(
         ),
         .target(
             name: "BatonLoopback",
-            dependencies: ["Baton", "BatonDatabase", "CBatonShims", "CBatonHarness"],
+            dependencies: ["Baton", "BatonDatabase", "BatonSpawn", "CBatonShims", "CBatonHarness"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

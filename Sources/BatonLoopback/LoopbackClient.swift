@@ -1,4 +1,5 @@
 import Baton
+import BatonSpawn
 import Synchronization
 #if canImport(Darwin)
 import Darwin

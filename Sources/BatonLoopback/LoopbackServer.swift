@@ -1,4 +1,5 @@
 import Baton
+import BatonSpawn
 import CBatonHarness
 import CBatonShims
 import Synchronization
@@ -18,7 +19,11 @@ import Glibc
 ///
 /// One ``PollLoop`` thread does all its I/O; it starts with the server and stops when the server
 /// is released or ``run()`` is cancelled.
-package final class LoopbackServer: Sendable {
+///
+/// Users of `BatonSimulator` see only what a simulation needs: `init(timeline:onPush:)` (in
+/// `BatonSimulator`), ``port``, ``run()``, ``send(id:payload:)``, ``counts`` and
+/// ``overlappingConnections``; the rest serves Baton's own tests and benchmarks.
+public final class LoopbackServer: Sendable {
     /// One connection the server saw.
     package struct Record: Sendable, Hashable, Codable {
         package var id: Int
@@ -81,7 +86,7 @@ package final class LoopbackServer: Sendable {
     private static let overlapGrace: UInt64 = 150_000_000
 
     /// The port it listens on.
-    package let port: UInt16
+    public let port: UInt16
     private let state = Mutex(State())
     private let onEvent: @Sendable (Event) -> Void
     private let onPush: @Sendable (String) -> Void
@@ -119,7 +124,7 @@ package final class LoopbackServer: Sendable {
     private var pollLoop: PollLoop? { loop.withLock { $0 } }
 
     /// Serves until the task is cancelled, then drops every connection and stops.
-    package func run() async {
+    public func run() async {
         await withTaskCancellationHandler {
             while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
         } onCancel: { [self] in
@@ -339,7 +344,7 @@ package final class LoopbackServer: Sendable {
     /// - Parameters:
     ///   - id: A unique message id (no spaces).
     ///   - payload: Its content.
-    package func send(id: String, payload: [UInt8]) {
+    public func send(id: String, payload: [UInt8]) {
         var events: [Event] = []
         var pushes: [String] = []
         state.withLock { add(&$0, id: id, payload: payload, events: &events, pushes: &pushes) }
@@ -353,10 +358,10 @@ package final class LoopbackServer: Sendable {
     package var openConnections: [Record] { records.filter(\.isOpen) }
 
     /// How many times a core connected while another core's connection was still open.
-    package var overlappingConnections: Int { state.withLock { $0.overlaps } }
+    public var overlappingConnections: Int { state.withLock { $0.overlaps } }
 
     /// Messages received, and acknowledged by a core; messages not yet acknowledged.
-    package var counts: (sent: Int, acknowledged: Int, pending: Int) {
+    public var counts: (sent: Int, acknowledged: Int, pending: Int) {
         state.withLock { ($0.pushes, $0.acked, $0.messages.count) }
     }
 

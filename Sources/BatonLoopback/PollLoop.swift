@@ -1,4 +1,5 @@
 import Baton
+import BatonSpawn
 import CBatonHarness
 import CBatonShims
 import Synchronization
@@ -165,24 +166,7 @@ package enum LoopbackSocket {
 
     /// Writes all of `text` (waiting while a non-blocking socket is full); false when the peer is gone.
     @discardableResult
-    package static func write(_ fd: Int32, _ text: String) -> Bool {
-        var text = text
-        return text.withUTF8 { buffer -> Bool in
-            var offset = 0
-            while offset < buffer.count {
-                let written = send(fd, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL))
-                if written < 0 && errno == EINTR { continue }
-                if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    _ = poll(&entry, 1, 100)
-                    continue
-                }
-                if written <= 0 { return false }
-                offset += written
-            }
-            return true
-        }
-    }
+    package static func write(_ fd: Int32, _ text: String) -> Bool { LineReader.writeAll(fd, text) }
 
     private static func loopback(port: UInt16) -> sockaddr_in {
         var address = sockaddr_in()
@@ -195,25 +179,5 @@ package enum LoopbackSocket {
     private static func failure(_ call: String, _ code: Int32) -> BatonError {
         BatonError(.systemCallFailed, "\(call) failed: \(String(cString: strerror(code)))",
                    cause: SystemCallError(call: call, errno: code))
-    }
-}
-
-/// Splits a byte stream into lines.
-package struct LineSplitter: Sendable {
-    private var pending: [UInt8] = []
-
-    package init() {}
-
-    /// Appends bytes and returns the complete lines (without newlines).
-    package mutating func append(_ bytes: some Collection<UInt8>) -> [String] {
-        pending.append(contentsOf: bytes)
-        var lines: [String] = []
-        var start = 0
-        while let newline = pending[start...].firstIndex(of: 10) {
-            lines.append(String(decoding: pending[start..<newline], as: UTF8.self))
-            start = newline + 1
-        }
-        pending.removeFirst(start)
-        return lines
     }
 }

@@ -4,7 +4,7 @@ extension LoopbackServer {
     /// The loopback server of a simulation: its events go to `timeline`, and `onPush` sends a
     /// push notification for a message no core is connected to take.
     /// - Throws: `systemCallFailed` when the socket cannot be bound.
-    package convenience init(timeline: Timeline, onPush: @escaping @Sendable (String) -> Void) throws {
+    public convenience init(timeline: Timeline, onPush: @escaping @Sendable (String) -> Void) throws {
         try self.init(onEvent: { event in
             switch event {
             case .received(let id):

@@ -1,16 +1,10 @@
 import Baton
 import BatonDatabase
 import BatonLoopback
-import Synchronization
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
 import Foundation
-#endif
-#if canImport(Darwin)
-import Darwin
-#elseif canImport(Glibc)
-import Glibc
 #endif
 
 /// The app's network core in the simulation: one connection to the loopback server, as a
