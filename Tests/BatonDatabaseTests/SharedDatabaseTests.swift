@@ -223,14 +223,16 @@ struct SharedDatabaseTests {
         _ = try await count(database)
         #expect(!ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty, "an open WAL database holds a lock on -shm")
 
-        let started = Atomic<Bool>(false)
-        let longWrite = Task {
-            try await database.write { db in
-                started.store(true, ordering: .relaxed)
-                for seq in 0..<50_000_000 {
-                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+        // The long write parks a pool thread until this task suspends the database.
+        try await PoolThreadGate.exclusive {
+            let started = Atomic<Bool>(false)
+            let longWrite = Task {
+                try await database.write { db in
+                    started.store(true, ordering: .relaxed)
+                    for seq in 0..<50_000_000 {
+                        try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+                    }
                 }
-            }
         }
         while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(50))
@@ -242,6 +244,8 @@ struct SharedDatabaseTests {
         await #expect { try await count(database) } throws: { ($0 as? BatonError)?.code == .suspended }
         await #expect { try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
             ($0 as? BatonError)?.code == .suspended
+        }
+
         }
 
         // Nested: two suspensions need two resumes.
