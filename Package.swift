@@ -13,7 +13,7 @@ let package = Package(
     products: [
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonDatabase", targets: ["BatonDatabase"]),
-        .library(name: "BatonSimulator", targets: ["BatonSimulator"]),
+        .library(name: "BatonSimulator", targets: ["BatonSimulator", "BatonLoopback"]),
         .executable(name: "baton", targets: ["BatonCLI"]),
         .executable(name: "baton-harness", targets: ["BatonHarness"]),
         .executable(name: "baton-extension-sample", targets: ["BatonExtensionSample"]),
@@ -42,9 +42,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The one process spawner of the command line, the simulator and the tests (not a product).
+        .target(
+            name: "BatonSpawn",
+            dependencies: ["Baton", "CBatonHarness"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "BatonLoopback",
-            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "BatonSpawn", "CBatonShims", "CBatonHarness"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -61,7 +67,7 @@ let package = Package(
         ),
         .target(
             name: "BatonSimulator",
-            dependencies: ["Baton", "BatonDatabase", "CBatonShims"],
+            dependencies: ["Baton", "BatonDatabase", "BatonLoopback", "BatonSpawn", "CBatonShims"],
             swiftSettings: swiftSettings
         ),
         // What both executables' commands share: the root command's main, exit statuses,
@@ -99,6 +105,7 @@ let package = Package(
                 "BatonDatabase",
                 "BatonFixtures",
                 "BatonLoopback",
+                "BatonSpawn",
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -135,6 +142,7 @@ let package = Package(
                 "BatonFixtures",
                 "BatonLoopback",
                 "BatonSimulator",
+                "BatonSpawn",
                 "CBatonShims",
                 "CBatonHarness",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -145,13 +153,13 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
-            dependencies: ["Baton", "BatonSimulator", "BatonFixtures"],
+            dependencies: ["Baton", "BatonSimulator", "BatonFixtures", "BatonSpawn"],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonLoopback", "BatonSimulator", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Baton
 import BatonCommandSupport
+import BatonSpawn
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -190,38 +191,24 @@ func percentile(_ samples: [Double], _ p: Double) -> Double {
 }
 
 /// A worker child process for benchmarks: `baton-harness bench-worker SUITE --container DIR ARGS...`.
-/// Its standard input and output are pipes; it is SIGKILLed and reaped on deinit.
+/// Its standard input and output are close-on-exec pipes of the one spawner (``ChildSpawn``);
+/// it is SIGKILLed and reaped on deinit.
 final class WorkerProcess {
+    private let process: SpawnedProcess
     let pid: pid_t
     let input: Int32
     let output: Int32
 
     init(suite: String, container: String, arguments: [String]) throws {
-        var toChild: [Int32] = [0, 0]
-        var fromChild: [Int32] = [0, 0]
-        guard pipe(&toChild) == 0, pipe(&fromChild) == 0 else {
-            throw BatonError(.systemCallFailed, "pipe failed")
-        }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
-        for fd in [toChild[0], toChild[1], fromChild[0], fromChild[1]] {
-            posix_spawn_file_actions_addclose(&actions, fd)
-        }
         let executable = harnessExecutable()
-        let argv = ([executable, "bench-worker", "--container", container, suite] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        setenv("BATON_DIE_WITH_PARENT", "1", 1)
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, nil, argv, environ)
-        close(toChild[0])
-        close(fromChild[1])
-        guard result == 0 else { throw BatonError(.systemCallFailed, "posix_spawn failed with \(result)") }
-        self.pid = pid
-        self.input = toChild[1]
-        self.output = fromChild[0]
+        var spawn = ChildSpawn(executable, ["bench-worker", "--container", container, suite] + arguments)
+        spawn.standardInput = .pipe
+        spawn.standardOutput = .pipe
+        spawn.dieWithParent()
+        process = try spawn.spawn()
+        self.pid = process.pid
+        self.input = process.input!
+        self.output = process.output!
     }
 
     /// Writes one line to the worker's standard input.
@@ -249,21 +236,9 @@ final class WorkerProcess {
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
     }
 
-    func kill(_ signal: Int32 = SIGKILL) { _ = POSIX.kill(pid, signal) }
+    func kill(_ signal: Int32 = SIGKILL) { process.signal(signal) }
 
-    /// Waits for exit and returns the raw wait status.
+    /// Waits for exit and returns the exit status (128+N when killed by signal N).
     @discardableResult
-    func wait() -> Int32 {
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return status
-    }
-
-    deinit {
-        _ = POSIX.kill(pid, SIGKILL)
-        var status: Int32 = 0
-        _ = waitpid(pid, &status, 0)
-        close(input)
-        close(output)
-    }
+    func wait() -> Int32 { process.wait() }
 }

@@ -2,6 +2,7 @@ import Baton
 import BatonCommandSupport
 import BatonDatabase
 import BatonLoopback
+import BatonSpawn
 import CBatonShims
 import GRDB
 import Synchronization
@@ -50,7 +51,7 @@ enum InboxBench: BenchSuite {
                 throw BatonError(.invalidArgument, "the loopback server did not start")
             }
             for index in 0..<10 {
-                _ = try LoopbackMessageSource.command("PUSH e\(round)-\(index) \(Hex.encode(Array("payload \(index)".utf8)))", port: port)
+                _ = try LoopbackClient.command(.push(id: "e\(round)-\(index)", payload: Array("payload \(index)".utf8)), port: port)
             }
             executorRuns.append(try runSample(sample, [path, "e\(round)-9", String(port)]))
         }
@@ -118,42 +119,14 @@ enum InboxBench: BenchSuite {
     /// Runs the sample extension through `sh -c 'X & wait'` (a fork, so its ru_maxrss is its own)
     /// and parses its `done AT PEAK MAXRSS DIRTY LINKAGE` line.
     private static func runSample(_ sample: String, _ arguments: [String]) throws -> SampleRun {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw BatonError(.systemCallFailed, "pipe failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        posix_spawn_file_actions_addclose(&actions, fds[1])
-        let argv = (["/bin/sh", "-c", "\"$0\" \"$@\" & wait $!", sample] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        // The shell must see SIGCHLD to reap the sample: start it with no blocked signals.
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        var allSignals = sigset_t()
-        sigfillset(&allSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        posix_spawnattr_setsigdefault(&attributes, &allSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        // The shell starts with no blocked signal (the spawner's rule): it must see SIGCHLD to
+        // reap the sample.
+        var spawn = ChildSpawn("/bin/sh", ["-c", "\"$0\" \"$@\" & wait $!", sample] + arguments)
+        spawn.standardOutput = .pipe
         let start = monotonicNanoseconds()
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, argv, environ)
-        close(fds[1])
-        defer { close(fds[0]) }
-        guard spawned == 0 else { throw BatonError(.systemCallFailed, "posix_spawn failed with \(spawned)") }
-        var output: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
-            if count <= 0 { break }
-            output += buffer[0..<count]
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let process = try spawn.spawn()
+        let output = process.readOutputToEnd()
+        process.wait()
         let lines = String(decoding: output, as: UTF8.self).split(separator: "\n")
         guard let done = lines.first(where: { $0.hasPrefix("done ") })?.split(separator: " "), done.count == 6,
               let at = UInt64(done[1]), let peak = Int(done[2]), let maxrss = Int(done[3]), let dirty = Int(done[4]) else {
@@ -177,7 +150,7 @@ enum InboxBench: BenchSuite {
             throw BatonError(.invalidArgument, "the loopback server did not start")
         }
         for index in 0..<size {
-            let reply = try LoopbackMessageSource.command("PUSH b\(index) \(Hex.encode(Array("payload \(index)".utf8)))", port: port)
+            let reply = try LoopbackClient.command(.push(id: "b\(index)", payload: Array("payload \(index)".utf8)), port: port)
             guard reply == "OK" else { throw BatonError(.invalidArgument, "push failed: \(reply)") }
         }
         let start = monotonicNanoseconds()
@@ -190,7 +163,7 @@ enum InboxBench: BenchSuite {
             times.append(Double(done.at &- start) / 1e6)
             worker.wait()
         }
-        let stats = try LoopbackMessageSource.command("STATS", port: port)
+        let stats = try LoopbackClient.command(.stats, port: port)
         let cores = stats.split(separator: " ").first { $0.hasPrefix("cores=") }.flatMap { Int($0.dropFirst(6)) } ?? -1
         return (times.max() ?? .nan, times, cores)
     }
@@ -200,7 +173,7 @@ enum InboxBench: BenchSuite {
     static func worker(arguments: [String], container path: String) async throws {
         switch arguments.first {
         case "server":
-            let server = try LoopbackMessageServer(delayMilliseconds: 0)
+            let server = try LoopbackServer(delayMilliseconds: 0)
             emit("listening \(server.port)")
             server.serve()
         case "extension" where arguments.count == 5:

@@ -1,6 +1,7 @@
 import Baton
 import BatonFixtures
 import BatonCommandSupport
+import BatonLoopback
 import CBatonShims
 import Foundation
 import Synchronization
@@ -76,7 +77,7 @@ enum LifecycleBench: BenchSuite {
         var samples: [Double] = []
         for index in 0..<(rounds + rounds / 10) {
             let start = monotonicNanoseconds()
-            let fd = try LoopbackConnection.connectSocket(port: port)
+            let fd = try LoopbackSocket.connected(port: port)
             let end = monotonicNanoseconds()
             close(fd)
             if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
@@ -95,7 +96,7 @@ enum LifecycleBench: BenchSuite {
         let failure = Mutex<String?>(nil)
         let thread = Thread {
             var fd: Int32 = -1
-            do { fd = try LoopbackConnection.connectSocket(port: port) } catch { failure.withLock { $0 = "\(error)" } }
+            do { fd = try LoopbackSocket.connected(port: port) } catch { failure.withLock { $0 = "\(error)" } }
             connected.signal()
             var byte: UInt8 = 0
             while fd >= 0 {
@@ -103,7 +104,7 @@ enum LifecycleBench: BenchSuite {
                 close(fd)
                 if stop.withLock({ $0 }) { return }
                 do {
-                    fd = try LoopbackConnection.connectSocket(port: port)
+                    fd = try LoopbackSocket.connected(port: port)
                 } catch {
                     failure.withLock { $0 = "\(error)" }
                     fd = -1
@@ -162,7 +163,7 @@ enum LifecycleBench: BenchSuite {
         try waitForAllClosed(server)
         let supervisor = ConnectionSupervisor(
             configuration: .init(backoff: ConnectionBackoff(stablePeriod: .zero), keepAliveInterval: nil)
-        ) { try LoopbackConnection.open(port: port) }
+        ) { try LoopbackClient(port: port) }
         var states = supervisor.states().makeAsyncIterator()
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await supervisor.run() }
@@ -193,7 +194,7 @@ enum LifecycleBench: BenchSuite {
                 container: container,
                 permit: RolePermit(try Role(container, name: "bench"), priority: .main, kind: "app"),
                 configuration: .init(keepAliveInterval: nil)
-            ) { try LoopbackConnection.open(port: port, name: "app") }
+            ) { try LoopbackClient(port: port, hello: .init(name: "app")) }
             var states = supervisor.states().makeAsyncIterator()
             let start = monotonicNanoseconds()
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -227,7 +228,7 @@ enum LifecycleBench: BenchSuite {
             let start = monotonicNanoseconds()
             worker.send("yield")
             _ = flock(lockFD, LOCK_EX)
-            let fd = try LoopbackConnection.connectSocket(port: server.port)
+            let fd = try LoopbackSocket.connected(port: server.port)
             let end = monotonicNanoseconds()
             if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
             close(fd)
@@ -251,7 +252,7 @@ enum LifecycleBench: BenchSuite {
                 container: container,
                 permit: RolePermit(try Role(container, name: "bench"), priority: .executor, kind: "extension"),
                 configuration: .init(keepAliveInterval: nil)
-            ) { try LoopbackConnection.open(port: port, name: "executor") }
+            ) { try LoopbackClient(port: port, hello: .init(name: "executor")) }
             var states = supervisor.states().makeAsyncIterator()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await supervisor.run() }
@@ -264,7 +265,7 @@ enum LifecycleBench: BenchSuite {
             let lockFD = open(arguments[2], O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             while true {
                 _ = flock(lockFD, LOCK_EX)
-                let fd = try LoopbackConnection.connectSocket(port: port)
+                let fd = try LoopbackSocket.connected(port: port)
                 emit("ready")
                 guard readStandardInputLine() != nil else { return }
                 shutdown(fd, Int32(SHUT_RDWR))

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Baton
 import BatonCommandSupport
+import BatonLoopback
 import CBatonShims
 import Foundation
 

@@ -28,7 +28,7 @@ extension InboxWorkers {
             @Option(help: "Wait this long before each delivery to a core (ms).", transform: ArgumentCheck.count) var delayMs: Int = 0
 
             func run() throws {
-                let server = try LoopbackMessageServer(delayMilliseconds: delayMs)
+                let server = try LoopbackServer(delayMilliseconds: delayMs)
                 emit("listening \(server.port)")
                 server.serve()
             }
@@ -43,7 +43,7 @@ extension InboxWorkers {
                 for pair in messages {
                     let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
                     guard parts.count == 2 else { throw ValidationError("expected ID=PAYLOAD, got \(pair)") }
-                    let reply = try LoopbackMessageSource.command("PUSH \(parts[0]) \(Hex.encode(parts[1].utf8))", port: port)
+                    let reply = try LoopbackClient.command(.push(id: parts[0], payload: Array(parts[1].utf8)), port: port)
                     guard reply == "OK" else { throw ValidationError("the server said \(reply)") }
                 }
                 emit("pushed \(messages.count)")
@@ -55,7 +55,7 @@ extension InboxWorkers {
             @Option var port: UInt16
 
             func run() throws {
-                let reply = try LoopbackMessageSource.command("STATS", port: port)
+                let reply = try LoopbackClient.command(.stats, port: port)
                 var object: [String: JSONValue] = [:]
                 for field in reply.split(separator: " ").dropFirst() {
                     let parts = field.split(separator: "=")

@@ -2,6 +2,7 @@ import ArgumentParser
 import Baton
 import BatonCommandSupport
 import BatonFixtures
+import BatonLoopback
 import CBatonShims
 import Foundation
 
@@ -74,7 +75,7 @@ struct LifecycleWorkers: AsyncParsableCommand {
                     backoff: ConnectionBackoff(initialDelay: .milliseconds(50), maximumDelay: .seconds(1), stablePeriod: .milliseconds(200)),
                     keepAliveInterval: .milliseconds(Int64(keepAlive * 1000)))
             ) {
-                try LoopbackConnection.open(port: port, name: name)
+                try LoopbackClient(port: port, hello: .init(name: name))
             }
             let states = supervisor.states()
             try await withThrowingTaskGroup(of: Void.self) { group in

@@ -1,3 +1,4 @@
+import BatonSpawn
 import Synchronization
 #if canImport(FoundationEssentials)
 import FoundationEssentials

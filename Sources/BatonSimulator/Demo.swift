@@ -1,5 +1,6 @@
 import Baton
 import BatonDatabase
+import BatonLoopback
 import CBatonShims
 import Synchronization
 #if canImport(Darwin)
@@ -99,7 +100,7 @@ public struct Demo: Sendable {
                 for (index, time) in Self.messageTimes(count: options.messages, seconds: options.seconds, seed: options.seed).enumerated() {
                     await at(time)
                     let id = "\(run)-m\(String(index + 1).leftPadded(to: 4))"
-                    server.send(id: id, payload: "payload-\(index + 1)")
+                    server.send(id: id, payload: Array("payload-\(index + 1)".utf8))
                 }
             }
             if !plan.faults.isEmpty {

@@ -1,5 +1,6 @@
 import Baton
 import BatonDatabase
+import BatonLoopback
 import Synchronization
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -48,22 +49,27 @@ public struct SimulatedApp: Sendable {
         // `core` role (main priority), reconnects at once after a drop, and on suspension
         // closes the connection before any lock of the container is released.
         let permit = ReportedPermit(RolePermit(role, priority: .main, kind: "app"), label: "main")
+        let (connections, newConnection) = AsyncStream.makeStream(of: (client: LoopbackClient, epoch: UInt64).self)
         let supervisor = ConnectionSupervisor(
             container: container,
             permit: permit,
             configuration: .init(backoff: ConnectionBackoff(initialDelay: .milliseconds(50), maximumDelay: .seconds(1)), keepAliveInterval: .seconds(5), connectTimeout: .seconds(5))
         ) { [port] in
             let epoch = (try? role.status().epoch) ?? 0
-            return try LoopbackConnection(port: port, epoch: epoch) { message in
-                if try await inbox.store(IncomingMessage(id: message.id, payload: Data(message.payload.utf8))) {
-                    ChildChannel.emit(.stored, message: message.id, detail: "app")
-                }
-                await Self.show(message.id, inbox: inbox)
-            }
+            let client = try LoopbackClient(port: port, hello: .init(name: "app", epoch: epoch))
+            ChildChannel.emit(.connected, epoch: epoch)
+            newConnection.yield((client, epoch))
+            return client
         }
         ChildChannel.emit(.ready)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await supervisor.run() }
+            group.addTask {
+                // Each connection's messages, stored then acknowledged in order.
+                for await (client, epoch) in connections {
+                    await Self.receive(client, epoch: epoch, inbox: inbox)
+                }
+            }
             commands: for await command in ChildChannel.commands() {
                 switch command.command {
                 case .foreground:
@@ -90,8 +96,29 @@ public struct SimulatedApp: Sendable {
                     break
                 }
             }
+            newConnection.finish()
             group.cancelAll()
             try await group.waitForAll()
+        }
+    }
+
+    /// Stores each message the server sends, and acknowledges it after that; a message that
+    /// cannot be stored is not acknowledged and the connection is closed, so the server
+    /// delivers it again to the next core.
+    private static func receive(_ client: LoopbackClient, epoch: UInt64, inbox: Inbox) async {
+        defer { ChildChannel.emit(.disconnected, epoch: epoch) }
+        for await line in client.incoming {
+            guard case .message(let message) = line else { continue }
+            do {
+                if try await inbox.store(IncomingMessage(id: message.id, payload: Data(message.payload))) {
+                    ChildChannel.emit(.stored, message: message.id, detail: "app")
+                }
+            } catch {
+                await client.close()
+                return
+            }
+            client.send(.ack(id: message.id))
+            await show(message.id, inbox: inbox)
         }
     }
 

@@ -26,12 +26,7 @@ struct GRDBNativeTests {
         guard let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             return false
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: shell)
-        process.arguments = [path, sql]
-        try process.run()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        #expect(try runProgram(shell, [path, sql]).status == 0)
         return true
     }
 
@@ -189,31 +184,35 @@ struct GRDBNativeTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let database = try await open(directory, path)
-        var gaps: [Double] = []
-        for round in 0..<3 {
-            let inside = Atomic<Bool>(false), release = Atomic<Bool>(false)
-            let committed = Atomic<UInt64>(0)
-            // This process holds the writer queue and SQLite's write lock until told to commit.
-            let holder = Task.detached {
-                try await database.write { db in
-                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [round])
-                    inside.store(true, ordering: .relaxed)
-                    while !release.load(ordering: .relaxed) { usleep(1_000) }
+        // The holder parks a pool thread until this task releases it.
+        let gaps = try await PoolThreadGate.exclusive { () async throws -> [Double] in
+            var gaps: [Double] = []
+            for round in 0..<3 {
+                let inside = Atomic<Bool>(false), release = Atomic<Bool>(false)
+                let committed = Atomic<UInt64>(0)
+                // This process holds the writer queue and SQLite's write lock until told to commit.
+                let holder = Task.detached {
+                    try await database.write { db in
+                        try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [round])
+                        inside.store(true, ordering: .relaxed)
+                        while !release.load(ordering: .relaxed) { usleep(1_000) }
+                    }
+                    committed.store(baton_monotonic_ns(), ordering: .relaxed)
                 }
-                committed.store(baton_monotonic_ns(), ordering: .relaxed)
+                while !inside.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(2)) }
+                let writer = try ChildProcess(harness: ["db-test", "pool-write", path, "--count", "1", "--writer", "\(10 + round)"], container: directory.path)
+                try await writer.line(timeout: 30) { $0 == "ready" }
+                // The pool write is now blocked on SQLite's lock.
+                try await Task.sleep(for: .milliseconds(300))
+                release.store(true, ordering: .relaxed)
+                try await holder.value
+                #expect(try await writer.wait(timeout: 30) == 0, "pool writer said: \(writer.lines)")
+                #expect(!writer.lines.contains { $0.contains("locked") }, "\(writer.lines)")
+                let done = try #require(writer.lines.first { $0.hasPrefix("done 1 ") })
+                let finished = try #require(UInt64(done.split(separator: " ")[2]))
+                gaps.append(Double(Int64(bitPattern: finished &- committed.load(ordering: .relaxed))) / 1e6)
             }
-            while !inside.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(2)) }
-            let writer = try ChildProcess(harness: ["db-test", "pool-write", path, "--count", "1", "--writer", "\(10 + round)"], container: directory.path)
-            try await writer.line(timeout: 30) { $0 == "ready" }
-            // The pool write is now blocked on SQLite's lock.
-            try await Task.sleep(for: .milliseconds(300))
-            release.store(true, ordering: .relaxed)
-            try await holder.value
-            #expect(try await writer.wait(timeout: 30) == 0, "pool writer said: \(writer.lines)")
-            #expect(!writer.lines.contains { $0.contains("locked") }, "\(writer.lines)")
-            let done = try #require(writer.lines.first { $0.hasPrefix("done 1 ") })
-            let finished = try #require(UInt64(done.split(separator: " ")[2]))
-            gaps.append(Double(Int64(bitPattern: finished &- committed.load(ordering: .relaxed))) / 1e6)
+            return gaps
         }
         #expect(try await count(database) == 6)
         // Woken when the turn is handed on, not after a sleep of up to 50 ms.

@@ -178,7 +178,7 @@ struct InboxTests {
         var shown: [String: Int] = [:]
         var received: [String: String] = [:]
         for process in processes {
-            #expect(try await process.wait(timeout: 90) == 0, "\(process.arguments): \(process.lines)")
+            #expect(try await process.wait(timeout: 90) == 0, "\(process.arguments): \(process.lines), stderr: \(process.errorLines)")
             for _ in 0..<200 where !process.outputClosed { try await Task.sleep(for: .milliseconds(5)) }
             for (id, message) in Self.messages(process.lines) {
                 received[id] = message.payload

@@ -211,14 +211,16 @@ struct SharedDatabaseTests {
         _ = try await count(database)
         #expect(!ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty, "an open WAL database holds a lock on -shm")
 
-        let started = Atomic<Bool>(false)
-        let longWrite = Task {
-            try await database.write { db in
-                started.store(true, ordering: .relaxed)
-                for seq in 0..<50_000_000 {
-                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+        // The long write parks a pool thread until this task suspends the database.
+        try await PoolThreadGate.exclusive {
+            let started = Atomic<Bool>(false)
+            let longWrite = Task {
+                try await database.write { db in
+                    started.store(true, ordering: .relaxed)
+                    for seq in 0..<50_000_000 {
+                        try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+                    }
                 }
-            }
         }
         while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(50))
@@ -230,6 +232,8 @@ struct SharedDatabaseTests {
         await #expect { try await count(database) } throws: { ($0 as? BatonError)?.code == .suspended }
         await #expect { try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 1)") } } throws: {
             ($0 as? BatonError)?.code == .suspended
+        }
+
         }
 
         // Nested: two suspensions need two resumes.
@@ -399,12 +403,7 @@ struct SharedDatabaseTests {
 
         let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first { FileManager.default.isExecutableFile(atPath: $0) }
         if let shell {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: shell)
-            process.arguments = [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]
-            try process.run()
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0)
+            #expect(try runProgram(shell, [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]).status == 0)
             while seen != 2 { seen = try #require(try await values.next()) }
         }
     }

@@ -1,5 +1,6 @@
 import Baton
 import BatonSimulator
+import BatonSpawn
 import Foundation
 import Synchronization
 #if canImport(Darwin)
@@ -11,13 +12,14 @@ import Glibc
 /// A real child process of the package's own `baton` executable, for tests.
 ///
 /// Standard output is read line by line on a thread; ``line(matching:timeout:)`` waits for a
-/// line. The child is killed with SIGKILL and reaped when this object goes away, and it dies
-/// with the test runner (`BATON_DIE_WITH_PARENT`).
+/// line. It is started by the package's one spawner (``ChildSpawn``: close-on-exec pipes, an
+/// explicit environment); it is killed with SIGKILL and reaped when this object goes away, and
+/// it dies with the test runner (`BATON_DIE_WITH_PARENT`).
 package final class ChildProcess: Sendable {
     package let pid: pid_t
     package let arguments: [String]
+    private let process: SpawnedProcess
     private let output = Mutex<(lines: [String], closed: Bool, consumed: Int)>(([], false, 0))
-    private let exitStatus = Mutex<Int32?>(nil)
     private let errorOutput = Mutex<[String]>([])
     /// Set when the child's standard error reaches its end.
     private let errorsClosed = Mutex(false)
@@ -69,85 +71,26 @@ package final class ChildProcess: Sendable {
     ) throws {
         let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
         self.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        if let container { environment["BATON_CONTAINER"] = container }
-        environment["BATON_DIE_WITH_PARENT"] = "1"
-        for (key, value) in extra { environment[key] = value }
-
-        var errorPipe: [Int32] = [0, 0]
-        guard POSIX.pipe(&errorPipe) == 0 else { throw POSIXError(.EIO) }
-        _ = fcntl(errorPipe[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(errorPipe[1], F_SETFD, FD_CLOEXEC)
-        var pipe: [Int32] = [0, 0]
-        guard POSIX.pipe(&pipe) == 0 else { throw POSIXError(.EIO) }
-        _ = fcntl(pipe[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(pipe[1], F_SETFD, FD_CLOEXEC)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, errorPipe[1], 2)
-        let prefix = program.map { [Array($0.utf8)] + programArguments.map { Array($0.utf8) } } ?? []
-        let argv = (prefix + [Array(executable.utf8)] + rawArguments).map { bytes -> UnsafeMutablePointer<CChar>? in
-            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count + 1)
-            for (index, byte) in bytes.enumerated() { copy[index] = CChar(bitPattern: byte) }
-            copy[bytes.count] = 0
-            return copy
-        } + [nil]
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            argv.forEach { $0?.deallocate() }
-            envp.forEach { free($0) }
-        }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, program ?? executable, &actions, nil, argv, envp)
-        POSIX.close(pipe[1])
-        POSIX.close(errorPipe[1])
-        guard result == 0 else {
-            POSIX.close(errorPipe[0])
-            POSIX.close(pipe[0])
-            throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO)
-        }
-        self.pid = pid
-        let readFD = pipe[0]
-        let thread = Thread { [self] in self.readLines(readFD, errors: false) }
-        thread.start()
-        let errorFD = errorPipe[0]
-        let errorThread = Thread { [self] in self.readLines(errorFD, errors: true) }
-        errorThread.start()
-    }
-
-    private func readLines(_ fd: Int32, errors: Bool) {
-        var pending = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { POSIX.read(fd, $0.baseAddress!, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
-            pending.append(contentsOf: buffer[0..<count])
-            while let newline = pending.firstIndex(of: 10) {
-                let line = String(decoding: pending[..<newline], as: UTF8.self)
-                pending.removeSubrange(...newline)
-                append(line, errors: errors)
-            }
-        }
-        if !pending.isEmpty {
-            append(String(decoding: pending, as: UTF8.self), errors: errors)
-        }
-        POSIX.close(fd)
-        if errors {
-            errorsClosed.withLock { $0 = true }
-        } else {
-            output.withLock { $0.closed = true }
-        }
-    }
-
-    private func append(_ line: String, errors: Bool) {
-        if errors {
-            errorOutput.withLock { $0.append(line) }
-        } else {
+        var spawn = ChildSpawn(program ?? executable)
+        spawn.arguments = (program == nil ? [] : programArguments.map { Array($0.utf8) } + [Array(executable.utf8)]) + rawArguments
+        if let container { spawn.environment["BATON_CONTAINER"] = container }
+        spawn.dieWithParent()
+        for (key, value) in extra { spawn.environment[key] = value }
+        spawn.standardOutput = .pipe
+        spawn.standardError = .pipe
+        let process = try spawn.spawn()
+        self.process = process
+        self.pid = process.pid
+        LineReader.start(fd: process.output!, name: "child-out-\(pid)", onLine: { [self] line in
             output.withLock { $0.lines.append(line) }
-        }
+        }, onEnd: { [self] in
+            output.withLock { $0.closed = true }
+        })
+        LineReader.start(fd: process.errors!, name: "child-err-\(pid)", onLine: { [self] line in
+            errorOutput.withLock { $0.append(line) }
+        }, onEnd: { [self] in
+            errorsClosed.withLock { $0 = true }
+        })
     }
 
     /// Every line the child wrote to standard error so far.
@@ -177,7 +120,7 @@ package final class ChildProcess: Sendable {
         throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines), stderr: \(errorLines)")
     }
 
-    package func signal(_ number: Int32) { POSIX.kill(pid, number) }
+    package func signal(_ number: Int32) { process.signal(number) }
 
     /// Waits for the child to exit; returns its exit status (128+N when killed by signal N).
     /// Then waits (a second at most) for the reader threads to reach the end of the child's
@@ -187,7 +130,7 @@ package final class ChildProcess: Sendable {
     package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let status = reap(blocking: false) {
+            if let status = process.reap(blocking: false) {
                 for _ in 0..<200 where !outputClosed || !errorsClosed.withLock({ $0 }) {
                     try await Task.sleep(for: .milliseconds(5))
                 }
@@ -198,24 +141,6 @@ package final class ChildProcess: Sendable {
         throw TestFailure("baton \(arguments.joined(separator: " ")) did not exit within \(timeout)s")
     }
 
-    private func reap(blocking: Bool) -> Int32? {
-        exitStatus.withLock { cached in
-            if let cached { return cached }
-            var status: Int32 = 0
-            let result = waitpid(pid, &status, blocking ? 0 : WNOHANG)
-            guard result == pid else { return nil }
-            let low = status & 0x7f
-            cached = low == 0 ? (status >> 8) & 0xff : 128 + low
-            return cached
-        }
-    }
-
-    deinit {
-        if reap(blocking: false) == nil {
-            POSIX.kill(pid, SIGKILL)
-            _ = reap(blocking: true)
-        }
-    }
 }
 
 /// Runs `baton <arguments>` to completion and returns its status and output lines.
@@ -230,6 +155,28 @@ package func runHarness(_ arguments: [String], container: String?, timeout: Doub
     let child = try ChildProcess(harness: arguments, container: container)
     let status = try await child.wait(timeout: timeout)
     return (status, child.lines, child.errorLines)
+}
+
+/// Runs a program other than `baton` (`sqlite3`, `ip`, `setpriv`, `mount`) to completion with
+/// the package's one spawner: its exit status, standard output and standard error.
+package func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, output: [UInt8], errors: String) {
+    var spawn = ChildSpawn(path, arguments)
+    spawn.standardInput = .null
+    spawn.standardOutput = .pipe
+    spawn.standardError = .pipe
+    let process = try spawn.spawn()
+    let errors = Mutex<(lines: [String], done: Bool)>(([], false))
+    LineReader.start(fd: process.errors!, name: "program-err-\(process.pid)", onLine: { line in
+        errors.withLock { $0.lines.append(line) }
+    }, onEnd: { [process] in
+        // Holds the process (and so the descriptor the reader reads) until the end.
+        _ = process
+        errors.withLock { $0.done = true }
+    })
+    let output = process.readOutputToEnd()
+    let status = process.wait()
+    for _ in 0..<1000 where !errors.withLock({ $0.done }) { usleep(1000) }
+    return (status, output, errors.withLock { $0.lines.joined(separator: "\n") })
 }
 
 extension ChildProcess {

@@ -29,14 +29,7 @@ struct CommandLineArgumentTests {
 
     /// Every leaf command of the CLI with its non-flag arguments.
     static func commands() throws -> [Command] {
-        let pipe = Pipe()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ChildProcess.executable)
-        process.arguments = ["--experimental-dump-help"]
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let data = Data(try runProgram(ChildProcess.executable, ["--experimental-dump-help"]).output)
         let root = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         var result: [Command] = []
         func walk(_ node: [String: Any], _ path: [String]) {

@@ -52,27 +52,16 @@ struct ContainerTests {
         #expect(chmod(directory.path, 0o755) == 0)
         #expect(chown(readOnly, 65534, 65534) == 0)
         #expect(chmod(readOnly, 0o500) == 0)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", ChildProcess.executable,
-                             "presence", "list", "--container", readOnly]
-        // Standard error goes to a file, not a pipe: a child that another test spawns meanwhile
-        // may inherit the pipe's write end and keep it open, and reading to the end would then
-        // block this test (and a thread of the shared pool) until that child exits.
-        let errorsPath = directory.path + "/stderr.txt"
-        #expect(FileManager.default.createFile(atPath: errorsPath, contents: nil))
-        let errors = try FileHandle(forWritingTo: URL(fileURLWithPath: errorsPath))
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        try errors.close()
-        let message = (try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? ""
+        // The spawner's pipes are close-on-exec from their creation, so no child another test
+        // spawns meanwhile keeps the standard error pipe open.
+        let run = try runProgram("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", ChildProcess.executable,
+                                                      "presence", "list", "--container", readOnly])
+        let message = run.errors
         if message.contains("failed to execute") {
             // The checkout is not reachable by an unprivileged user here; nothing to check.
             return
         }
-        #expect(process.terminationStatus != 0)
+        #expect(run.status != 0)
         #expect(message.contains("notWritable"), "stderr: \(message)")
     }
 

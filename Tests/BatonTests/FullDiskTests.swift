@@ -25,13 +25,7 @@ final class SmallDisk: Sendable {
     deinit { if mounted { _ = Self.run("/bin/umount", ["-l", path]) } }
 
     static func run(_ tool: String, _ arguments: [String]) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return -1 }
-        process.waitUntilExit()
-        return process.terminationStatus
+        (try? runProgram(tool, arguments))?.status ?? -1
     }
 
     /// Takes every free byte with a filler file (tmpfs), or lowers the size limit to the files'

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import BatonLoopback
 import BatonTestSupport
 import Testing
 @testable import Baton
@@ -64,12 +65,7 @@ func ipCommandAvailable() -> Bool {
 
 @discardableResult
 func runIP(_ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-    process.arguments = arguments
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
+    try runProgram("/usr/sbin/ip", arguments).status
 }
 
 /// Wraps a permit to observe the moment each grant is released.
@@ -135,7 +131,7 @@ struct LifecycleTests {
         let port = server.port
         let supervisor = ConnectionSupervisor(
             configuration: .init(backoff: ConnectionBackoff(stablePeriod: .zero), keepAliveInterval: nil)
-        ) { try LoopbackConnection.open(port: port, name: "client") }
+        ) { try LoopbackClient(port: port, hello: .init(name: "client")) }
         try await withSupervisor(supervisor) { log in
             try await log.waitUntil("the first connection") { $0.contains { $0.isConnected } }
             try await server.waitUntil { $0.count == 1 && $0[0].isOpen }
@@ -161,7 +157,7 @@ struct LifecycleTests {
         let port = server.port
         let backoff = ConnectionBackoff(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(160), stablePeriod: .seconds(60))
         let supervisor = ConnectionSupervisor(configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
-            try LoopbackConnection.open(port: port)
+            try LoopbackClient(port: port)
         }
         try await withSupervisor(supervisor) { log in
             try await server.waitUntil { $0.count == 1 }
@@ -195,7 +191,7 @@ struct LifecycleTests {
         // Without the event the next attempt would come a minute later.
         let backoff = ConnectionBackoff(initialDelay: .seconds(60), stablePeriod: .seconds(60), jitter: false)
         let supervisor = ConnectionSupervisor(reachability: reachability, configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
-            try LoopbackConnection.open(port: port)
+            try LoopbackClient(port: port)
         }
         try await withSupervisor(supervisor) { log in
             try await server.waitUntil { $0.count == 1 }
@@ -221,7 +217,7 @@ struct LifecycleTests {
         let port = server.port
         let backoff = ConnectionBackoff(initialDelay: .seconds(60), stablePeriod: .seconds(60), jitter: false)
         let supervisor = ConnectionSupervisor(reachability: monitor, configuration: .init(backoff: backoff, keepAliveInterval: nil)) {
-            try LoopbackConnection.open(port: port)
+            try LoopbackClient(port: port)
         }
         let address = "127.0.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))/32"
         try await withSupervisor(supervisor) { log in
@@ -280,7 +276,7 @@ struct LifecycleTests {
 
     @Test func aHangingConnectIsCancelledAtTheConnectTimeout() async throws {
         let cancelledAttempts = Locked(0)
-        let supervisor = ConnectionSupervisor<LoopbackConnection>(
+        let supervisor = ConnectionSupervisor<LoopbackClient>(
             configuration: .init(backoff: ConnectionBackoff(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(20)),
                                  keepAliveInterval: nil, connectTimeout: .milliseconds(50))
         ) {
@@ -303,7 +299,7 @@ struct LifecycleTests {
         let server = try LoopbackServer()
         let port = server.port
         let supervisor = ConnectionSupervisor(configuration: .init(keepAliveInterval: .milliseconds(20))) {
-            try LoopbackConnection.open(port: port)
+            try LoopbackClient(port: port)
         }
         try await withSupervisor(supervisor) { _ in
             try await server.waitUntil { $0.first.map { $0.pings >= 3 } ?? false }
@@ -316,12 +312,12 @@ struct LifecycleTests {
         let server = try LoopbackServer()
         let port = server.port
         let closedAtRelease = Locked<[Bool]>([])
-        let current = Locked<LoopbackConnection?>(nil)
+        let current = Locked<LoopbackClient?>(nil)
         let permit = ObservedPermit(inner: HandoverPermit(container: container, name: "suspend", priority: 1)) {
             closedAtRelease.withLock { $0.append(current.withLock { $0?.isClosed } ?? true) }
         }
         let supervisor = ConnectionSupervisor(container: container, permit: permit, configuration: .init(keepAliveInterval: nil)) {
-            let connection = try LoopbackConnection.open(port: port)
+            let connection = try LoopbackClient(port: port)
             current.withLock { $0 = connection }
             return connection
         }
@@ -351,13 +347,13 @@ struct LifecycleTests {
         let port = server.port
         let permit = LocalConnectionPermit()
         let supervisor = ConnectionSupervisor(container: container, permit: permit, configuration: .init(keepAliveInterval: nil)) {
-            try LoopbackConnection.open(port: port)
+            try LoopbackClient(port: port)
         }
         let background = LocalBackgroundTasks()
         let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
         let (finish, finishContinuation) = AsyncStream<Void>.makeStream()
         let revoked = Locked(false)
-        let connectionAtRevoke = Locked<LoopbackConnection?>(nil)
+        let connectionAtRevoke = Locked<LoopbackClient?>(nil)
         try await withSupervisor(supervisor) { log in
             try await log.waitUntil("connected") { $0.last?.isConnected == true }
             let connection = try #require(supervisor.connection)
@@ -405,7 +401,7 @@ struct LifecycleTests {
         let supervisor = ConnectionSupervisor(
             container: container, permit: RolePermit(role, priority: .executor, kind: "extension"),
             configuration: .init(keepAliveInterval: nil)
-        ) { try LoopbackConnection.open(port: port, name: "extension") }
+        ) { try LoopbackClient(port: port, hello: .init(name: "extension")) }
         let background = LocalBackgroundTasks()
         let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
         let (finish, finishContinuation) = AsyncStream<Void>.makeStream()

@@ -1,4 +1,5 @@
 import Baton
+import BatonLoopback
 import BatonSimulator
 import Foundation
 import BatonTestSupport

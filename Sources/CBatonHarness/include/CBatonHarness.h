@@ -7,6 +7,12 @@
 /// or -1 where the parent cannot be watched (Apple platforms: the harness runs on Linux).
 int baton_exit_with_parent(void);
 
+/// `pipe2(fds, O_CLOEXEC [| O_NONBLOCK])`: both ends close-on-exec from their creation, so a
+/// child spawned by another thread at the same moment cannot inherit them. Returns 0 or -1.
+int baton_pipe_cloexec(int fds[2], int nonblocking);
+/// `accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)`, retried on EINTR.
+int baton_accept_cloexec(int listener);
+
 
 #include <stddef.h>
 #include <sys/types.h>
