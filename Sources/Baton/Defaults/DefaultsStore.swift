@@ -107,7 +107,7 @@ final class DefaultsStore: Sendable {
         if prefix.utf8.count + suite.utf8.count <= Signals.maxNameBytes {
             signalName = prefix + suite
         } else {
-            signalName = prefix + "#" + String(Self.fnv1a(suite), radix: 16)
+            signalName = prefix + "#" + String(FNV1a.hash(suite), radix: 16)
         }
         try container.makeDirectory("defaults")
         let meta = DefaultsMeta(file: try MappedFile(container, relativePath: "defaults/\(suite).meta", minimumSize: DefaultsMeta.size))
@@ -131,12 +131,6 @@ final class DefaultsStore: Sendable {
         initial.report.headerRepaired = initial.report.headerRepaired || report.headerRepaired
         // Damage found here is reported and read around; only a write repairs it.
         state = Mutex(initial)
-    }
-
-    static func fnv1a(_ text: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return hash
     }
 
     /// Holds the meta file's flock while the meta is (re)built: only the first process after a

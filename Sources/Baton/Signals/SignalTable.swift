@@ -314,11 +314,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         slotBase(map, slot).advanced(by: 24).assumingMemoryBound(to: UInt64.self)
     }
 
-    private static func hash(_ name: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-        return hash
-    }
+    private static func hash(_ name: String) -> UInt64 { FNV1a.hash(name) }
 
     private func slotChecksum(_ base: UnsafeMutableRawPointer, length: Int) -> UInt32 {
         var crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 4), count: 12))
