@@ -162,10 +162,10 @@ final class DefaultsStore: Sendable {
         _ container: SharedContainer, logPath: String, suite: String, committedWord: UInt64?
     ) throws -> (UInt64, DefaultsRecoveryReport, DefaultsLoss?) {
         var report = DefaultsRecoveryReport()
-        let fd = try container.openFile(logPath, flags: O_RDWR | O_CREAT)
+        let logFile = try container.openDescriptor(logPath, flags: O_RDWR | O_CREAT)
+        let fd = logFile.rawValue
         let size = Int(try Sys.fstat(fd).get("checking \(logPath)").st_size)
         if size < DefaultsLogFormat.headerSize {
-            defer { Sys.close(fd) }
             let result = DefaultsWriteLock.allocate(fd, size: initialSize)
             guard result == 0 else { throw Self.allocationError(result, path: logPath, size: initialSize) }
             var header = [UInt8](repeating: 0, count: DefaultsLogFormat.headerSize)
@@ -173,7 +173,7 @@ final class DefaultsStore: Sendable {
             try header.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing the header of \(logPath)") }
             return (DefaultsLogFormat.committedWord(generation: 1, length: DefaultsLogFormat.headerSize), report, nil)
         }
-        Sys.close(fd)
+        logFile.close()
         let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
         let base = file.pointer
         var generation = DefaultsLogFormat.readHeader(base, size: file.size)
@@ -756,9 +756,9 @@ final class DefaultsStore: Sendable {
         var newSize = Self.initialSize
         while newSize < live * 2 { newSize *= 2 }
         let temporary = logPath + ".compacting"
-        let fd = try container.openFile(temporary, flags: O_RDWR | O_CREAT | O_TRUNC)
-        let result = DefaultsWriteLock.allocate(fd, size: newSize)
-        Sys.close(fd)
+        let created = try container.openDescriptor(temporary, flags: O_RDWR | O_CREAT | O_TRUNC)
+        let result = DefaultsWriteLock.allocate(created.rawValue, size: newSize)
+        created.close()
         guard result == 0 else {
             _ = Sys.unlinkat(container.directory, temporary)
             throw Self.allocationError(result, path: temporary, size: newSize)

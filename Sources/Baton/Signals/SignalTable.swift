@@ -124,8 +124,8 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
             return map
         }
         // Create or rebuild under the table lock (held for microseconds).
-        let lockFD = try container.openFile(lockName, flags: O_RDWR | O_CREAT)
-        defer { Sys.close(lockFD) }
+        let lockFile = try container.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
+        let lockFD = lockFile.rawValue
         try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
         if let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map),
@@ -361,8 +361,8 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
                     state.slotCache[name] = slot
                     return slot
                 }
-                let lockFD = try container.openFile(Self.lockName, flags: O_RDWR | O_CREAT)
-                defer { Sys.close(lockFD) }
+                let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
+                let lockFD = lockFile.rawValue
                 try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
                 switch try lookup(state.map, name) {
                 case .found(let slot):
