@@ -14,12 +14,3 @@ public protocol Fence: Sendable {
     /// Throws `fenced` (naming the current epoch) if this grant is no longer the current one.
     func validate() throws
 }
-
-extension BatonError.Code {
-    /// A write was refused because its fencing token is stale: a newer holder exists.
-    public static let fenced = Self("fenced")
-    /// Something is held by another process; the message names the holder when known.
-    public static let busy = Self("busy")
-    /// A grant was lost (taken over while this process was suspended or unresponsive).
-    public static let lost = Self("lost")
-}

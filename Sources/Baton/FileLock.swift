@@ -59,20 +59,10 @@ public struct FileLock: Sendable {
     /// Takes the lock if nobody holds it in a conflicting mode; `nil` otherwise.
     public func tryLock(_ mode: LockMode = .exclusive) throws -> HeldFileLock? {
         try container.suspension.checkActive("take the lock \(name)")
-        let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
-        let locked: Bool
-        do {
-            locked = try Sys.tryFlock(fd, mode.flockOperation).get("locking \(name)")
-        } catch {
-            Sys.close(fd)
-            throw error
-        }
-        guard locked else {
-            Sys.close(fd)
-            return nil
-        }
+        let file = try container.openDescriptor(name, flags: O_RDWR | O_CREAT)
+        guard try Sys.tryFlock(file.rawValue, mode.flockOperation).get("locking \(name)") else { return nil }
         // From here the held lock owns the descriptor (closed by it, even when this throws).
-        return try granted(fd, mode)
+        return try granted(file, mode)
     }
 
     /// Waits for the lock.
@@ -82,16 +72,14 @@ public struct FileLock: Sendable {
     /// - Throws: `timedOut`, `suspended`, `CancellationError`, or a system error.
     public func lock(_ mode: LockMode = .exclusive, deadline: Deadline) async throws -> HeldFileLock {
         try container.suspension.checkActive("take the lock \(name)")
-        let fd = try container.openFile(name, flags: O_RDWR | O_CREAT)
-        var owned = true
-        defer { if owned { Sys.close(fd) } }
+        let file = try container.openDescriptor(name, flags: O_RDWR | O_CREAT)
+        let fd = file.rawValue
         let subscription = try FileEvents.shared.subscribe(path: container.absolutePath(name), interest: .lockReleased)
         let operation = mode.flockOperation
         while true {
             let seen = subscription.events.snapshot()
             if try Sys.tryFlock(fd, operation).get("locking \(name)") {
-                owned = false
-                return try granted(fd, mode)
+                return try granted(file, mode)
             }
             try container.suspension.checkActive("take the lock \(name)")
             let slice = deadline.earliest(.after(Self.backstopInterval))
@@ -106,8 +94,7 @@ public struct FileLock: Sendable {
             for delay in Self.retryDelaysAfterEvent {
                 if delay > .zero { try await Task.sleep(for: delay) }
                 if try Sys.tryFlock(fd, operation).get("locking \(name)") {
-                    owned = false
-                    return try granted(fd, mode)
+                    return try granted(file, mode)
                 }
             }
         }
@@ -117,8 +104,8 @@ public struct FileLock: Sendable {
     /// being taken may have missed it: the lock is then released at once and `suspended`
     /// thrown, so a suspended process never holds a lock. (The registration with the
     /// suspension controller happens before the check, so one of the two always sees the other.)
-    private func granted(_ fd: Int32, _ mode: LockMode) throws -> HeldFileLock {
-        let held = HeldFileLock(fd: fd, lock: self, mode: mode)
+    private func granted(_ file: consuming FileDescriptor, _ mode: LockMode) throws -> HeldFileLock {
+        let held = HeldFileLock(file, lock: self, mode: mode)
         if container.suspension.isSuspended {
             held.release()
             throw BatonError(.suspended, "the lock \(name) was released at once: the process was suspended while taking it; call resume() first")
@@ -142,14 +129,19 @@ public struct FileLock: Sendable {
 /// A held ``FileLock``. Released by ``release()``, by deinit, or by the container's suspension
 /// (`LOCK_UN`, then close: see `Sys.unlockAndClose`).
 public final class HeldFileLock: Sendable {
-    private let state: Mutex<(fd: Int32, token: SuspensionController.RegistrationToken?)>
+    private struct State: ~Copyable {
+        /// The locked file; nil once released.
+        var file: FileDescriptor?
+        var token: SuspensionController.RegistrationToken?
+    }
+    private let state: Mutex<State>
     /// The lock this holds.
     public let lock: FileLock
     /// The mode it is held in.
     public let mode: LockMode
 
-    init(fd: Int32, lock: FileLock, mode: LockMode) {
-        self.state = Mutex((fd, nil))
+    init(_ file: consuming FileDescriptor, lock: FileLock, mode: LockMode) {
+        self.state = Mutex(State(file: file, token: nil))
         self.lock = lock
         self.mode = mode
         let token = lock.container.suspension.register(SuspensionRelease(self))
@@ -157,19 +149,18 @@ public final class HeldFileLock: Sendable {
     }
 
     /// Whether the lock is still held (false after release or suspension).
-    public var isHeld: Bool { state.withLock { $0.fd >= 0 } }
+    public var isHeld: Bool { state.withLock { $0.file != nil } }
 
     /// The descriptor while held (for `/proc/locks` checks and advanced use).
-    package var descriptor: Int32? { state.withLock { $0.fd >= 0 ? $0.fd : nil } }
+    package var descriptor: Int32? { state.withLock { $0.file?.rawValue } }
 
     /// Releases the lock (closing the descriptor). Safe to call more than once.
     public func release() {
-        let (fd, token) = state.withLock { state -> (Int32, SuspensionController.RegistrationToken?) in
-            defer { state = (-1, nil) }
-            return state
+        var released = state.withLock { state -> State in
+            State(file: state.file.take(), token: state.token.take())
         }
-        if let token { lock.container.suspension.unregister(token) }
-        if fd >= 0 { Sys.unlockAndClose(fd) }
+        if let token = released.token { lock.container.suspension.unregister(token) }
+        released.file.take()?.unlockAndClose()
     }
 
     deinit { release() }

@@ -10,7 +10,10 @@ package final class MappedFile: @unchecked Sendable {
     // (each owner does it under its own Mutex); readers go through the owner's lock.
     package private(set) var pointer: UnsafeMutableRawPointer
     package private(set) var size: Int
-    package let fd: Int32
+    /// The mapped file, open for as long as the mapping lives.
+    private let descriptor: FileDescriptor
+    /// ``descriptor``'s number, borrowed for a system call while this object lives.
+    package var fd: Int32 { descriptor.rawValue }
     package let relativePath: String
 
     /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
@@ -18,21 +21,18 @@ package final class MappedFile: @unchecked Sendable {
     /// (``FileSpace``): a full disk throws `noSpace` here instead of a `SIGBUS` on a later write
     /// through the mapping.
     package init(_ container: SharedContainer, relativePath: String, minimumSize: Int, create: Bool = true) throws {
-        let fd = try container.openFile(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
-        do {
-            var size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
-            if size < minimumSize {
-                try FileSpace.reserve(fd, from: size, to: minimumSize, path: relativePath)
-                size = minimumSize
-            }
-            self.pointer = try Sys.mmap(fd, size: size, writable: true).get("mapping \(relativePath)")
-            self.size = size
-            self.fd = fd
-            self.relativePath = relativePath
-        } catch {
-            Sys.close(fd)
-            throw error
+        // A throw before it is stored closes the descriptor.
+        let descriptor = try container.openDescriptor(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
+        let fd = descriptor.rawValue
+        var size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
+        if size < minimumSize {
+            try FileSpace.reserve(fd, from: size, to: minimumSize, path: relativePath)
+            size = minimumSize
         }
+        self.pointer = try Sys.mmap(fd, size: size, writable: true).get("mapping \(relativePath)")
+        self.size = size
+        self.descriptor = descriptor
+        self.relativePath = relativePath
     }
 
     /// Maps the file again at `size` bytes (extending the file, its blocks reserved, when it is
@@ -81,6 +81,6 @@ package final class MappedFile: @unchecked Sendable {
 
     deinit {
         Sys.munmap(pointer, size: size)
-        Sys.close(fd)
+        // `descriptor` closes itself after this.
     }
 }

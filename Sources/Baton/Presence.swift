@@ -89,11 +89,11 @@ public final class Presence: Sendable {
     /// is listed with kind ``PresenceRecord/unknownKind``, pid 0 and the 1970 epoch as `since`.
     public func scan() throws -> PresenceScan {
         try container.makeDirectory(Self.directoryName)
-        let directoryFD = try container.openFile(Self.directoryName, flags: O_RDONLY | O_DIRECTORY)
-        guard let stream = fdopendir(directoryFD) else {
-            Sys.close(directoryFD)
+        let directory = try container.openDescriptor(Self.directoryName, flags: O_RDONLY | O_DIRECTORY)
+        guard let stream = fdopendir(directory.rawValue) else {
             throw BatonError.system(SystemCallError(call: "fdopendir", errno: errno), "listing presence")
         }
+        _ = directory.release() // the stream owns it now: closedir closes it
         defer { closedir(stream) }
         var names: [String] = []
         while let entry = readdir(stream) {
@@ -247,7 +247,8 @@ public final class PresenceRegistration: SuspensionParticipant {
         let final = Presence.directoryName + "/" + record.id + ".lock"
         let temporary = Presence.directoryName + "/" + record.id + ".new"
         _ = Sys.unlinkat(container.directory, temporary)
-        let fd = try container.openFile(temporary, flags: O_RDWR | O_CREAT | O_EXCL)
+        let file = try container.openDescriptor(temporary, flags: O_RDWR | O_CREAT | O_EXCL)
+        let fd = file.rawValue
         do {
             try Sys.flock(fd, LOCK_EX).get("locking \(temporary)")
             let encoder = JSONEncoder()
@@ -256,12 +257,14 @@ public final class PresenceRegistration: SuspensionParticipant {
             try bytes.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(temporary)") }
             try Sys.renameat(container.directory, temporary, container.directory, final).get("publishing \(final)")
         } catch {
-            Sys.close(fd)
+            file.close()
             _ = Sys.unlinkat(container.directory, temporary)
             throw error
         }
+        // `state` owns the number from here (unlocked and closed by `release()`).
+        let owned = file.release()
         let token = state.withLock { state -> SuspensionController.RegistrationToken? in
-            state.fd = fd
+            state.fd = owned
             return state.token
         }
         if token == nil {

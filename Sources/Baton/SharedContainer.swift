@@ -66,7 +66,9 @@ public final class SharedContainer: Sendable {
     package var diagnostics: Diagnostics { Diagnostics(logger: logger, container: path) }
 
     /// A descriptor of `.baton`, used with the `*at` calls so no path is resolved twice.
-    package let directory: Int32
+    private let directoryDescriptor: FileDescriptor
+    /// ``directoryDescriptor``'s number, borrowed for `*at` calls while the container lives.
+    package var directory: Int32 { directoryDescriptor.rawValue }
 
     /// The process-wide suspension state of this container: see ``suspend()``.
     public let suspension: SuspensionController
@@ -137,52 +139,42 @@ public final class SharedContainer: Sendable {
         }
 
         // `.baton` itself: create it if missing, refuse a link.
-        let containerFD = try Sys.open(path, O_RDONLY | O_DIRECTORY).get("opening the container \(path)")
-        defer { Sys.close(containerFD) }
+        let container = FileDescriptor(adopting: try Sys.open(path, O_RDONLY | O_DIRECTORY).get("opening the container \(path)"))
+        let containerFD = container.rawValue
         switch Sys.mkdirat(containerFD, ".baton", mode_t(options.directoryMode)) {
         case .success, .failure(SystemCallError(call: "mkdirat", errno: EEXIST)): break
         case .failure(let error): throw BatonError.system(error, "creating \(path)/.baton")
         }
-        let directory: Int32
+        let directory: FileDescriptor
         switch Sys.openat(containerFD, ".baton", O_RDONLY | O_DIRECTORY) {
-        case .success(let fd): directory = fd
+        case .success(let fd): directory = FileDescriptor(adopting: fd)
         case .failure(let error) where error.errno == ELOOP || error.errno == ENOTDIR:
             throw BatonError(.symbolicLink, "\(path)/.baton is a symbolic link or not a directory; remove it so Baton can create its own", cause: error)
         case .failure(let error): throw BatonError.system(error, "opening \(path)/.baton")
         }
-        do {
-            try Self.checkOwnership(try Sys.fstat(directory).get("checking \(path)/.baton"), of: path + "/.baton", options: options)
-        } catch {
-            Sys.close(directory)
-            throw error
-        }
+        container.close()
+        // From here on a throw closes `directory` (a local, then a stored property).
+        try Self.checkOwnership(try Sys.fstat(directory.rawValue).get("checking \(path)/.baton"), of: path + "/.baton", options: options)
+        let owners = try OwnerTokens(directory: directory.rawValue, batonPath: path + "/.baton", fileMode: mode_t(options.fileMode))
 
         self.path = path
         self.batonPath = path + "/.baton"
         self.options = options
-        self.directory = directory
+        self.directoryDescriptor = directory
         self.suspension = SuspensionController()
-        do {
-            self.owners = try OwnerTokens(directory: directory, batonPath: path + "/.baton", fileMode: mode_t(options.fileMode))
-        } catch {
-            Sys.close(directory)
-            throw error
-        }
+        self.owners = owners
         // Registered first, so suspended last (after every part released what it owns) and
         // resumed first.
         _ = suspension.register(OwnerTokenSuspension(owners))
 
         // flock must work here (it does not on some network file systems).
-        let probe = try openFile("container.lock", flags: O_RDWR | O_CREAT)
-        defer { Sys.close(probe) }
-        switch Sys.tryFlock(probe, LOCK_SH) {
+        let probe = try openDescriptor("container.lock", flags: O_RDWR | O_CREAT)
+        switch Sys.tryFlock(probe.rawValue, LOCK_SH) {
         case .success: break
         case .failure(let error):
             throw BatonError(.lockingNotSupported, "the file system of \(path) does not support flock(2) (\(error)); put the container on a local file system", cause: error)
         }
     }
-
-    deinit { Sys.close(directory) }
 
     /// Refuses a directory that another user owns or that group or others may write, unless
     /// ``Options/trustsOtherUsers`` is set.
@@ -248,12 +240,13 @@ public final class SharedContainer: Sendable {
     /// container's file mode when `O_CREAT` is given. Unless `flags` has `O_DIRECTORY`, the file
     /// must be a regular file: it is opened with `O_NONBLOCK` (so a FIFO planted in its place
     /// cannot block the open), checked, and then made blocking again.
+    /// - Returns: The open file, closed when the returned value goes away.
     /// - Throws: `notARegularFile` for a FIFO, directory, device or socket; `symbolicLink`.
-    package func openFile(_ relativePath: String, flags: Int32) throws -> Int32 {
+    package func openDescriptor(_ relativePath: String, flags: Int32) throws -> FileDescriptor {
         let regular = flags & O_DIRECTORY == 0
-        let fd: Int32
+        let fd: FileDescriptor
         switch Sys.openat(directory, relativePath, regular ? flags | O_NONBLOCK : flags, mode_t(options.fileMode)) {
-        case .success(let value): fd = value
+        case .success(let value): fd = FileDescriptor(adopting: value)
         case .failure(let error) where error.errno == ELOOP:
             throw BatonError(.symbolicLink, "\(batonPath)/\(relativePath) is a symbolic link; Baton never follows links inside its directory. Remove it.", cause: error)
         case .failure(let error) where regular && (error.errno == EISDIR || error.errno == ENXIO):
@@ -262,19 +255,30 @@ public final class SharedContainer: Sendable {
             throw BatonError.system(error, "opening \(batonPath)/\(relativePath)")
         }
         guard regular else { return fd }
-        do {
-            let info = try Sys.fstat(fd).get("checking \(batonPath)/\(relativePath)")
-            guard info.st_mode & S_IFMT == S_IFREG else { throw Self.notRegular(batonPath + "/" + relativePath) }
-            // Blocking again (no effect on a regular file's I/O; cleared so no caller is surprised).
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
-            if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd), code != 0 {
-                throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
-            }
-        } catch {
-            Sys.close(fd)
-            throw error
+        // A throw from here closes `fd`.
+        let info = try Sys.fstat(fd.rawValue).get("checking \(batonPath)/\(relativePath)")
+        guard info.st_mode & S_IFMT == S_IFREG else { throw Self.notRegular(batonPath + "/" + relativePath) }
+        // Blocking again (no effect on a regular file's I/O; cleared so no caller is surprised).
+        _ = fcntl(fd.rawValue, F_SETFL, fcntl(fd.rawValue, F_GETFL) & ~O_NONBLOCK)
+        if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd.rawValue), code != 0 {
+            throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
         }
         return fd
+    }
+
+    /// ``openDescriptor(_:flags:)``, or `nil` when the file does not exist.
+    package func openDescriptorIfPresent(_ relativePath: String, flags: Int32) throws -> FileDescriptor? {
+        do {
+            return try openDescriptor(relativePath, flags: flags)
+        } catch let error as BatonError where error.code == .notFound {
+            return nil
+        }
+    }
+
+    /// ``openDescriptor(_:flags:)`` returning a bare number the caller must close.
+    @available(*, deprecated, renamed: "openDescriptor(_:flags:)", message: "use openDescriptor, whose FileDescriptor closes itself once")
+    package func openFile(_ relativePath: String, flags: Int32) throws -> Int32 {
+        try openDescriptor(relativePath, flags: flags).release()
     }
 
     /// The error for a path that must be a regular file and is not.
@@ -303,16 +307,17 @@ public final class SharedContainer: Sendable {
     /// old one, fsync the directory. Readers see the old or the new content, never a mix.
     package func replaceFile(_ relativePath: String, with bytes: some Collection<UInt8>) throws {
         let temporary = relativePath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let fd = try openFile(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
+        let file = try openDescriptor(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
         do {
-            defer { Sys.close(fd) } // once, whichever step fails
             let data = Array(bytes)
-            try data.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing \(temporary)") }
-            try DurableSync.sync(fd).get("syncing \(temporary)")
+            try data.withUnsafeBytes { try Sys.pwriteAll(file.rawValue, $0, at: 0).get("writing \(temporary)") }
+            try DurableSync.sync(file.rawValue).get("syncing \(temporary)")
         } catch {
+            file.close()
             _ = Sys.unlinkat(directory, temporary)
             throw error
         }
+        file.close()
         do {
             try Sys.renameat(directory, temporary, directory, relativePath).get("renaming \(temporary) to \(relativePath)")
             _ = Sys.fsync(directory)

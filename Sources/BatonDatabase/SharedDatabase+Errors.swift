@@ -6,11 +6,6 @@ import Foundation
 import Baton
 import GRDB
 
-extension BatonError.Code {
-    /// A file that must be an SQLite database is something else.
-    public static let notADatabase = Self("notADatabase")
-}
-
 extension SharedDatabase {
     /// Turns SQLite failures that callers must tell apart into typed ``BatonError``s; other
     /// errors (the closure's own, constraint violations...) pass through unchanged.

@@ -815,12 +815,7 @@ public final class SharedDatabase: Sendable {
 
     /// FNV-1a 64 of the absolute path, as 16 hex digits.
     package static func identifier(ofPath path: String) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in path.utf8 {
-            hash ^= UInt64(byte)
-            hash &*= 0x0000_0100_0000_01b3
-        }
-        let hex = String(hash, radix: 16)
+        let hex = String(FNV1a.hash(path), radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 }

@@ -69,8 +69,8 @@ struct KernelTests {
     func fileEventWaitIsCancellable() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
-        let fd = try container.openFile("quiet.lock", flags: O_RDWR | O_CREAT)
-        defer { close(fd) }
+        let file = try container.openDescriptor("quiet.lock", flags: O_RDWR | O_CREAT)
+        defer { withExtendedLifetime(file) {} }
         let subscription = try FileEvents.shared.subscribe(path: container.absolutePath("quiet.lock"), interest: .lockReleased)
         let events = subscription.events
         let seen = events.snapshot()

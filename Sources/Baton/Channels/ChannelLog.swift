@@ -99,7 +99,10 @@ final class ChannelLog: @unchecked Sendable {
         try container.makeDirectory(Self.directoryName)
         let waiters = try ChannelWaiterTable.shared(for: container)
         let relativePath = Self.directoryName + "/" + name
-        let fd = try container.openFile(relativePath, flags: O_RDWR | O_CREAT)
+        // Owned by `storage` once the channel is open (closed in `release()`); until then a throw
+        // closes it.
+        let file = try container.openDescriptor(relativePath, flags: O_RDWR | O_CREAT)
+        let fd = file.rawValue
         var headerMemory: ChannelHeaderMemory?
         do {
             try Sys.flock(fd, LOCK_EX).get("locking the channel file \(relativePath) to open it")
@@ -142,9 +145,6 @@ final class ChannelLog: @unchecked Sendable {
                 throw BatonError(.invalidArgument, "the channel \(name) exists with capacity \(existing), not \(requested.normalized); open it with the same capacity")
             }
             self.capacity = existing
-        } catch {
-            Sys.close(fd)
-            throw error
         }
         let header = headerMemory!.pointer
         self.headerMemory = headerMemory!
@@ -153,7 +153,7 @@ final class ChannelLog: @unchecked Sendable {
         self.container = container
         self.owners = container.owners
         self.waiters = waiters
-        self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
+        self.storage = .file(fd: file.release(), relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
         readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
@@ -170,15 +170,9 @@ final class ChannelLog: @unchecked Sendable {
         try SharedContainer.validateName(name, what: "a channel name")
         let relativePath = directoryName + "/" + name
         // Through openFile: a FIFO or directory in its place is refused at once, not waited on.
-        let fd: Int32
-        do {
-            fd = try container.openFile(relativePath, flags: O_RDONLY)
-        } catch let error as BatonError where error.code == .notFound {
-            return nil
-        }
-        defer { Sys.close(fd) }
+        guard let file = try container.openDescriptorIfPresent(relativePath, flags: O_RDONLY) else { return nil }
         var bytes = [UInt8](repeating: 0, count: 32)
-        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(relativePath)") }
+        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(file.rawValue, $0, at: 0).get("reading \(relativePath)") }
         guard count == 32 else { return nil }
         return bytes.withUnsafeBytes { raw -> ChannelCapacity? in
             guard UInt64(littleEndian: raw.load(fromByteOffset: oMagic, as: UInt64.self)) == magic else { return nil }

@@ -69,8 +69,8 @@ final class ChannelWaiterTable: @unchecked Sendable {
     static func shared(for container: SharedContainer) throws -> ChannelWaiterTable {
         try tables.withLock { tables in
             if let table = tables[container.batonPath] { return table }
-            let fd = try container.openFile(fileName, flags: O_RDWR | O_CREAT)
-            defer { Sys.close(fd) }
+            let file = try container.openDescriptor(fileName, flags: O_RDWR | O_CREAT)
+            let fd = file.rawValue
             try Sys.flock(fd, LOCK_EX).get("locking \(fileName) to open it")
             defer { _ = Sys.flock(fd, LOCK_UN) }
             let current = Int(try Sys.fstat(fd).get("checking \(fileName)").st_size)

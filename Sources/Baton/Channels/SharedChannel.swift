@@ -30,7 +30,8 @@ import Synchronization
 /// one `receive` throw `malformedFrame` and is skipped, and the channel goes on.
 ///
 /// Across processes, the channel is `.baton/channels/<name>` in the container, protected by a
-/// robust process-shared mutex held for microseconds; waits sleep on futex words through one
+/// `SharedMutex` held for microseconds (a dead holder is found through its owner token); waits
+/// sleep on shared words (`AddressWait`: a futex on Linux) through one
 /// thread per open channel and direction (receiving, sending), started on the first wait. An
 /// unbounded channel's file grows with its backlog and reuses the space of consumed elements. ``init(capacity:)`` makes the same channel inside one
 /// process. Elements are encoded as JSON, except `String` (UTF-8 text) and `[UInt8]` or `Data`

@@ -127,8 +127,8 @@ enum DefaultsLossFile {
             .compactMap { $0.hasPrefix(prefix) ? Int($0.dropFirst(prefix.utf8.count)) : nil }
             .max() ?? 0
         let relative = "defaults/\(prefix)\(highest + 1)"
-        let fd = try container.openFile(relative, flags: O_WRONLY | O_CREAT | O_EXCL)
-        defer { Sys.close(fd) }
+        let file = try container.openDescriptor(relative, flags: O_WRONLY | O_CREAT | O_EXCL)
+        let fd = file.rawValue
         do {
             try Sys.pwriteAll(fd, UnsafeRawBufferPointer(start: base, count: count), at: 0).get("writing \(relative)")
             try DurableSync.sync(fd).get("syncing \(relative)")

@@ -107,7 +107,7 @@ final class DefaultsStore: Sendable {
         if prefix.utf8.count + suite.utf8.count <= Signals.maxNameBytes {
             signalName = prefix + suite
         } else {
-            signalName = prefix + "#" + String(Self.fnv1a(suite), radix: 16)
+            signalName = prefix + "#" + String(FNV1a.hash(suite), radix: 16)
         }
         try container.makeDirectory("defaults")
         let meta = DefaultsMeta(file: try MappedFile(container, relativePath: "defaults/\(suite).meta", minimumSize: DefaultsMeta.size))
@@ -134,12 +134,6 @@ final class DefaultsStore: Sendable {
             container.diagnostics.report(.defaultsDamageFound, level: .warning, "defaults suite \(suite): \(loss)")
         }
         state = Mutex(initial)
-    }
-
-    static func fnv1a(_ text: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return hash
     }
 
     /// Holds the meta file's flock while the meta is (re)built: only the first process after a
@@ -171,10 +165,10 @@ final class DefaultsStore: Sendable {
         _ container: SharedContainer, logPath: String, suite: String, committedWord: UInt64?
     ) throws -> (UInt64, DefaultsRecoveryReport, DefaultsLoss?) {
         var report = DefaultsRecoveryReport()
-        let fd = try container.openFile(logPath, flags: O_RDWR | O_CREAT)
+        let logFile = try container.openDescriptor(logPath, flags: O_RDWR | O_CREAT)
+        let fd = logFile.rawValue
         let size = Int(try Sys.fstat(fd).get("checking \(logPath)").st_size)
         if size < DefaultsLogFormat.headerSize {
-            defer { Sys.close(fd) }
             let result = DefaultsWriteLock.allocate(fd, size: initialSize)
             guard result == 0 else { throw Self.allocationError(result, path: logPath, size: initialSize) }
             var header = [UInt8](repeating: 0, count: DefaultsLogFormat.headerSize)
@@ -182,7 +176,7 @@ final class DefaultsStore: Sendable {
             try header.withUnsafeBytes { try Sys.pwriteAll(fd, $0, at: 0).get("writing the header of \(logPath)") }
             return (DefaultsLogFormat.committedWord(generation: 1, length: DefaultsLogFormat.headerSize), report, nil)
         }
-        Sys.close(fd)
+        logFile.close()
         let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
         let base = file.pointer
         var generation = DefaultsLogFormat.readHeader(base, size: file.size)
@@ -779,9 +773,9 @@ final class DefaultsStore: Sendable {
         var newSize = Self.initialSize
         while newSize < live * 2 { newSize *= 2 }
         let temporary = logPath + ".compacting"
-        let fd = try container.openFile(temporary, flags: O_RDWR | O_CREAT | O_TRUNC)
-        let result = DefaultsWriteLock.allocate(fd, size: newSize)
-        Sys.close(fd)
+        let created = try container.openDescriptor(temporary, flags: O_RDWR | O_CREAT | O_TRUNC)
+        let result = DefaultsWriteLock.allocate(created.rawValue, size: newSize)
+        created.close()
         guard result == 0 else {
             _ = Sys.unlinkat(container.directory, temporary)
             throw Self.allocationError(result, path: temporary, size: newSize)

@@ -18,7 +18,8 @@ import Foundation
 /// Storage is a memory-mapped append-only log (`.baton/defaults/<suite>.log`) with a CRC-32C per
 /// record, compacted when half of it is dead. Reading costs one atomic load and a dictionary
 /// lookup when nothing changed; another process's writes are replayed on the next read, without
-/// a lock. A write holds a process-shared robust mutex for the duration of one append (no lock
+/// a lock. A write holds a process-shared lock (a `SharedMutex`, taken over when its holder
+/// died) for the duration of one append (no lock
 /// is held between calls, so there is nothing to release before suspension).
 ///
 /// Durability: a kill -9 at any instant leaves the old or the new value of every key, never a
@@ -334,13 +335,4 @@ public final class SharedDefaults: Sendable {
     /// - Throws: `busy` when the writer lock stays held; file-system errors.
     @discardableResult
     public func acknowledgeRecovery() throws -> DefaultsRecoveryReport { try store.acknowledgeRecovery() }
-}
-
-extension BatonError.Code {
-    /// A key or value is past the documented limit (keys 1 KiB, values 16 MiB).
-    public static let tooLarge = Self("tooLarge")
-    /// A stored value is of another type than the one asked for.
-    public static let typeMismatch = Self("typeMismatch")
-    /// The disk (or the file-size limit) is full; nothing was written.
-    public static let noSpace = Self("noSpace")
 }

@@ -4,15 +4,9 @@
 /// (`BootIdentity+Linux.swift`), `kern.bootsessionuuid` on Apple platforms
 /// (`BootIdentity+Darwin.swift`).
 package enum BootIdentity {
-    /// A 64-bit hash of ``bytes`` (never 0; 1 when the identity could not be read).
-    package static let hash: UInt64 = FNV1a.hash(bytes)
-}
-
-/// FNV-1a, 64 bits: a short, stable hash for names and identities (not cryptographic). Never 0.
-package enum FNV1a {
-    package static func hash(_ bytes: some Sequence<UInt8>) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+    /// A 64-bit ``FNV1a`` hash of ``bytes`` (never 0: a record's 0 means "no boot recorded").
+    package static let hash: UInt64 = {
+        let hash = FNV1a.hash(bytes)
         return hash == 0 ? 1 : hash
-    }
+    }()
 }

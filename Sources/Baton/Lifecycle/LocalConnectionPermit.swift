@@ -47,6 +47,8 @@ public final class LocalConnectionPermit: ConnectionPermit {
         }
     }
 
+    /// Waits until no other connection of this process holds the permit.
+    /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
     public func acquire(deadline: Deadline) async throws -> any ConnectionGrant {
         while true {
             let seen = changes.snapshot()

@@ -28,6 +28,9 @@ public struct RolePermit: ConnectionPermit {
         self.kind = kind
     }
 
+    /// Acquires the role at this permit's priority.
+    /// - Throws: As ``Role/acquire(priority:kind:deadline:)``: `busy`, `timedOut`, `suspended`;
+    ///   `CancellationError` when the task is cancelled.
     public func acquire(deadline: Deadline) async throws -> any ConnectionGrant {
         RoleGrant(lease: try await role.acquire(priority: priority, kind: kind, deadline: deadline))
     }

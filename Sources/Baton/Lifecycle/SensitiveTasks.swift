@@ -109,8 +109,3 @@ public final class SensitiveTasks: Sendable {
         return try await guarded()
     }
 }
-
-extension BatonError.Code {
-    /// The platform's time for this process ran out (background time, an extension's budget).
-    public static let expired = Self("expired")
-}

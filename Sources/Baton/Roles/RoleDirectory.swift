@@ -48,18 +48,13 @@ final class RoleDirectory: Sendable {
         try container.makeDirectory("roles")
         let path = "roles/" + name
         try container.makeDirectory(path)
-        let arbiter = try container.openFile(path + "/arbiter.lock", flags: O_RDWR | O_CREAT)
-        let record: MappedFile
-        do {
-            record = try MappedFile(container, relativePath: path + "/record", minimumSize: RoleRecord.fileSize)
-        } catch {
-            Sys.close(arbiter)
-            throw error
-        }
+        let arbiter = try container.openDescriptor(path + "/arbiter.lock", flags: O_RDWR | O_CREAT)
+        let record = try MappedFile(container, relativePath: path + "/record", minimumSize: RoleRecord.fileSize)
         self.container = container
         self.name = name
         self.path = path
-        self.descriptors = Mutex(Descriptors(arbiter: arbiter, record: record))
+        // `descriptors` owns the arbiter's number from here (closed in deinit).
+        self.descriptors = Mutex(Descriptors(arbiter: arbiter.release(), record: record))
     }
 
     deinit {
@@ -161,7 +156,7 @@ final class RoleDirectory: Sendable {
 
     /// Starts waiting for the arbiter lock on a descriptor of its own.
     private func arbiterWait(_ operation: Int32) throws -> ArbiterWait {
-        ArbiterWait(fd: try container.openFile(path + "/arbiter.lock", flags: O_RDONLY), operation: operation)
+        ArbiterWait(fd: try container.openDescriptor(path + "/arbiter.lock", flags: O_RDONLY).release(), operation: operation)
     }
 
     /// Runs `body` under the mutex with the arbiter lock held through `held` (from
@@ -266,15 +261,9 @@ final class RoleDirectory: Sendable {
     }
 
     private func readEpochFloor() throws -> EpochFloor {
-        let fd: Int32
-        do {
-            fd = try container.openFile(epochFloorPath, flags: O_RDONLY)
-        } catch let error as BatonError where error.code == .notFound {
-            return .missing
-        }
-        defer { Sys.close(fd) }
+        guard let file = try container.openDescriptorIfPresent(epochFloorPath, flags: O_RDONLY) else { return .missing }
         var bytes = [UInt8](repeating: 0, count: 2 * Self.epochFloorCopySize)
-        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(fd, $0, at: 0).get("reading \(epochFloorPath)") }
+        let count = try bytes.withUnsafeMutableBytes { try Sys.preadAll(file.rawValue, $0, at: 0).get("reading \(epochFloorPath)") }
         let values = bytes.withUnsafeBytes { raw in
             (0..<2).compactMap { copy -> UInt64? in
                 let base = copy * Self.epochFloorCopySize
@@ -414,11 +403,9 @@ final class RoleDirectory: Sendable {
     /// Deletes the lock files of processes that are gone (a process that crashed while it neither
     /// held nor waited leaves its files behind): called when a process opens the role.
     func sweepDeadFiles() {
-        guard let fd = try? container.openFile(path, flags: O_RDONLY | O_DIRECTORY) else { return }
-        guard let stream = fdopendir(fd) else {
-            Sys.close(fd)
-            return
-        }
+        guard let directory = try? container.openDescriptor(path, flags: O_RDONLY | O_DIRECTORY) else { return }
+        guard let stream = fdopendir(directory.rawValue) else { return }
+        _ = directory.release() // the stream owns it now: closedir closes it
         defer { closedir(stream) }
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in

@@ -21,9 +21,3 @@ public struct RoleOptions: Sendable, Hashable {
         self.backstopInterval = backstopInterval
     }
 }
-
-extension BatonError.Code {
-    /// A critical section was refused because a higher priority already asked the holder to
-    /// stop: release the role instead.
-    public static let stopRequested = Self("stopRequested")
-}

@@ -138,8 +138,8 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
             return map
         }
         // Create or rebuild under the table lock (held for microseconds).
-        let lockFD = try container.openFile(lockName, flags: O_RDWR | O_CREAT)
-        defer { Sys.close(lockFD) }
+        let lockFile = try container.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
+        let lockFD = lockFile.rawValue
         try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
         if let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map),
@@ -330,11 +330,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         slotBase(map, slot).advanced(by: 24).assumingMemoryBound(to: UInt64.self)
     }
 
-    private static func hash(_ name: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-        return hash
-    }
+    private static func hash(_ name: String) -> UInt64 { FNV1a.hash(name) }
 
     private func slotChecksum(_ base: UnsafeMutableRawPointer, length: Int) -> UInt32 {
         var crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 4), count: 12))
@@ -381,8 +377,8 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
                     state.slotCache[name] = slot
                     return slot
                 }
-                let lockFD = try container.openFile(Self.lockName, flags: O_RDWR | O_CREAT)
-                defer { Sys.close(lockFD) }
+                let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
+                let lockFD = lockFile.rawValue
                 try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
                 switch try lookup(state.map, name) {
                 case .found(let slot):

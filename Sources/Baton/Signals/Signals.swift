@@ -116,7 +116,8 @@ public struct SignalObservation: AsyncSequence, Sendable {
     /// Stops observing; a pending `next()` returns `nil`.
     public func cancel() { observer.finish() }
 
-    /// The next delivery, or throws `timedOut` at the deadline.
+    /// The next delivery.
+    /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
     public func next(deadline: Deadline) async throws -> SignalDelivery {
         try await observer.next(deadline: deadline)
     }
