@@ -15,6 +15,8 @@ package final class MappedFile: @unchecked Sendable {
     /// ``descriptor``'s number, borrowed for a system call while this object lives.
     package var fd: Int32 { descriptor.rawValue }
     package let relativePath: String
+    /// This mapping's slot in the mapping guard (``MappingGuard``), -1 when not guarded.
+    private var guardSlot: Int32 = -1
 
     /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
     /// than `minimumSize`, it is extended with zeros first, its blocks reserved
@@ -33,6 +35,7 @@ package final class MappedFile: @unchecked Sendable {
         self.size = size
         self.descriptor = descriptor
         self.relativePath = relativePath
+        guardSlot = MappingGuard.register(pointer, size: size, fd: fd)
     }
 
     /// Maps the file again at `size` bytes (extending the file, its blocks reserved, when it is
@@ -43,9 +46,11 @@ package final class MappedFile: @unchecked Sendable {
             try FileSpace.reserve(fd, from: current, to: newSize, path: relativePath)
         }
         let newPointer = try Sys.mmap(fd, size: max(newSize, current), writable: true).get("mapping \(relativePath)")
+        MappingGuard.unregister(guardSlot)
         Sys.munmap(pointer, size: size)
         pointer = newPointer
         size = max(newSize, current)
+        guardSlot = MappingGuard.register(pointer, size: size, fd: fd)
     }
 
     /// The file's current size on disk (another process may have grown it).
@@ -80,6 +85,7 @@ package final class MappedFile: @unchecked Sendable {
     }
 
     deinit {
+        MappingGuard.unregister(guardSlot)
         Sys.munmap(pointer, size: size)
         // `descriptor` closes itself after this.
     }

@@ -85,11 +85,9 @@ struct CorruptionFuzzTests {
         return tally
     }
 
-    /// Formats whose crashes and losses are known and fixed on another branch.
-    static let knownIssues: [String: Comment] = [
-        "defaults-log": "issue 16 #2/#3: Sources/Baton/Defaults is being changed on another branch (a defaults log or meta cut short under a running writer faults in DefaultsStore.append)",
-        "defaults-meta": "issue 16 #2/#3: Sources/Baton/Defaults is being changed on another branch (a defaults log or meta cut short under a running writer faults in DefaultsStore.append)",
-    ]
+    /// Formats whose crashes and losses are known and not fixed yet (none: the defaults log and
+    /// meta, the last ones, are fixed by the defaults recovery and the mapping guard).
+    static let knownIssues: [String: Comment] = [:]
 
     @Test("seeded corruptions of every format: a typed error or a recovery, never a crash, a hang or a silent loss", arguments: formats)
     func corruption(format: String) async throws {
@@ -289,8 +287,8 @@ struct CorruptionFuzzTests {
         }
         print("corruption under running commands seed=\(Self.seed) \(format): \(rounds) rounds, \(problems.count) problems")
         let check = { #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))") }
-        if format == "defaults" {
-            withKnownIssue(Self.knownIssues["defaults-log"]!, isIntermittent: true) { check() }
+        if let known = Self.knownIssues[format] {
+            withKnownIssue(known, isIntermittent: true) { check() }
         } else {
             check()
         }

@@ -203,6 +203,29 @@ struct DefaultsRecoveryTests {
         #expect(try await runBaton(["defaults", "get", "after"], container: path).lines == ["1"])
     }
 
+    /// A writer setting keys as fast as it can (no pause, so no size check between two sets
+    /// can catch the cut) while another program truncates its log and its meta, over and over:
+    /// the mapping guard extends each file back on the fault, so the writer neither dies of
+    /// SIGBUS nor stops, and the damage is found by the suite's own checks afterwards.
+    @Test(arguments: ["log", "meta"])
+    func aFileTruncatedUnderATightLoopWriter(_ which: String) async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        #expect(try await runBaton(["defaults", "set", "k0", "start"], container: path).status == 0)
+        let writer = try ChildProcess(harness: ["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "3"], container: path)
+        try await writer.line(timeout: 30) { $0 == "ready" }
+        let file = which == "log" ? Self.files(path).log : Self.files(path).meta
+        for round in 0..<20 {
+            try await Task.sleep(for: .milliseconds(50))
+            _ = truncate(file, round % 2 == 0 ? 100 : 0)
+        }
+        let writerStatus = try await writer.wait(timeout: 60)
+        #expect(writerStatus < 128, "the writer died of signal \(writerStatus - 128): \(writer.errorLines.suffix(3))")
+        // The suite works afterwards.
+        #expect(try await runBaton(["defaults", "set", "after", "1"], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "get", "after"], container: path).lines == ["1"])
+    }
+
     @Test func aLogTruncatedUnderAWriterAndAWatcher() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path

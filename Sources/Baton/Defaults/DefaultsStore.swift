@@ -235,7 +235,12 @@ final class DefaultsStore: Sendable {
             let pendingEnd = baton_load64(meta.pendingEnd)
             let generation = word >> DefaultsLogFormat.lengthBits
             let length = Int(word & DefaultsLogFormat.lengthMask)
-            let file = try MappedFile(container, relativePath: logPath, minimumSize: 0, create: false)
+            // A log cut shorter than its header by another program (even to 0 bytes, which
+            // cannot be mapped) is extended with zeros to the header's size: nothing is left
+            // there to destroy, the header is then rewritten below, and the missing committed
+            // records are reported as a loss (the committed word and the pending end say where
+            // they ended).
+            let file = try MappedFile(container, relativePath: logPath, minimumSize: DefaultsLogFormat.headerSize, create: false)
             guard file.size >= DefaultsLogFormat.headerSize else {
                 throw BatonError(.corrupt, "\(container.absolutePath(logPath)) is shorter than its header (cut short by another program?); the next write to suite \"\(suite)\" rebuilds it and reports the loss")
             }

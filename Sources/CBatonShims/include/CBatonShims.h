@@ -14,6 +14,15 @@
 #include <sys/types.h>
 #include <sys/stat.h>
 
+// The mapping guard (mapping_guard.c): a SIGBUS handler that extends a registered shared
+// mapping's file back to the mapping's length when another program cut it short.
+/// Registers a mapping of `fd` at `start` for `length` bytes; returns its slot (-1: not guarded).
+int baton_mapping_guard_register(void *start, size_t length, int fd);
+/// Forgets a mapping (before it is unmapped or its descriptor closed).
+void baton_mapping_guard_unregister(int slot);
+/// How many faults the guard repaired in this process.
+uint64_t baton_mapping_guard_repairs(void);
+
 // The Apple type-check (scripts/check-apple.sh) defines BATON_APPLE_TYPECHECK to read the Darwin
 // half on Linux, against declarations transcribed from Apple's headers.
 #if defined(__APPLE__) || defined(BATON_APPLE_TYPECHECK)
