@@ -78,7 +78,7 @@ struct RoleTests {
         let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.1", "--timeout", "60"], container: dir.path)
         _ = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == main.pid } }
         // The holder is priority 200, but an executor must also yield to the waiting main.
-        let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "0.3"], container: dir.path)
+        let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "2"], container: dir.path)
         #expect(executor.status == 4)
         let busyLine = try #require(executor.lines.first(where: Self.event("busy")))
         let message = Self.object(busyLine)["message"] as? String
