@@ -156,15 +156,13 @@ struct CommandLineProductTests {
             ["demo", "--seconds", "3", "--container", "/nonexistent/baton-demo"],
             ["demo", "--seconds", "3", "--timeline", "/nonexistent/dir/timeline.html"],
         ] {
-            let started = Date()
             let child = try ChildProcess(arguments, container: nil)
-            let status = try await child.wait(timeout: 20)
-            let elapsed = Date().timeIntervalSince(started)
+            let status = try await child.wait(timeout: 60)
             #expect(status == 66 || status == 64, "\(arguments): \(status)")
-            // Nothing was spawned: the run's header (printed before the first child) never came.
-            // (The bound is loose: on a loaded machine a process takes seconds to start; the
-            // old failure took 20 s.)
-            #expect(elapsed < 10, "\(arguments) took \(elapsed) s: it ran before failing")
+            // Nothing was spawned: the run's header (printed before the first child) never came,
+            // and no child's error was printed (the old failure: 22 children, each printing the
+            // same error, then "did not report ready" 20 s later). No timed bound: a loaded
+            // machine starts processes slowly.
             #expect(!child.lines.contains { $0.hasPrefix("baton demo:") }, "\(arguments) started the run: \(child.lines)")
             #expect(child.errorLines.count == 1 && child.errorLines[0].contains("/nonexistent"), "\(arguments): \(child.errorLines)")
         }
