@@ -163,7 +163,7 @@ final class RoleDirectory: Sendable {
     /// ``ArbiterWait``), then releases it; `nil` (the deadline passed) throws `timedOut`.
     private func withWaitedArbiter<R>(_ held: Int32?, _ body: (inout Descriptors) throws -> R) throws -> R {
         guard let held else {
-            throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or find it in /proc/locks (\(container.absolutePath(path))/arbiter.lock)")
+            throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or see which process holds \(container.absolutePath(path))/arbiter.lock with `baton inspect`")
         }
         defer { Sys.unlockAndClose(held) }
         return try descriptors.withLock { try body(&$0) }
@@ -330,10 +330,10 @@ final class RoleDirectory: Sendable {
         _ = Sys.unlinkat(container.directory, relativePath)
     }
 
-    /// Whether process `pid` is gone (its files may be removed).
+    /// Whether process `pid` is certainly gone, so that its lock files may be removed (cleanup
+    /// only: who holds a role is decided by the files' locks, never by a pid).
     static func isDead(_ pid: Int32) -> Bool {
-        guard pid != getpid(), case .failure(let error) = Sys.kill(pid, 0) else { return false }
-        return error.errno == ESRCH
+        pid != getpid() && ProcessExistence.isCertainlyGone(pid)
     }
 
     /// Removes the lock file of a previous holder whose process is gone.

@@ -9,8 +9,9 @@ import Synchronization
 /// the role only locks and unlocks it, so the hot path creates and deletes no files (creating a
 /// file waits for the file system's journal). The kernel drops the lock the instant the process
 /// dies, and closing the descriptor then wakes watchers through inotify; a suspension closes the
-/// descriptor too. Other processes remove the file only once its pid is gone (a reused pid only
-/// delays that); the owner removes it on deinit. A file found unlinked anyway is created again
+/// descriptor too. Other processes remove the file only once its pid is certainly gone
+/// (``ProcessExistence``; a reused pid or a sandbox that hides the process only delays that);
+/// the owner removes it on deinit. A file found unlinked anyway is created again
 /// before it is locked.
 final class RoleLockFile: Sendable {
     let directory: RoleDirectory
@@ -109,6 +110,6 @@ final class RoleLockFile: Sendable {
         _ = file // unmapped and closed when released here
     }
 
-    /// The descriptor while open (for tests of `/proc/locks`).
+    /// The descriptor while open (for tests that look for this process's locks).
     var descriptor: Int32? { state.withLock { $0.fd >= 0 ? $0.fd : nil } }
 }
