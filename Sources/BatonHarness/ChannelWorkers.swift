@@ -151,7 +151,7 @@ struct ChannelTestCommand: AsyncParsableCommand {
     struct SelectReceive: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "select-receive",
-            abstract: "Print 'ready', then `count` times select a receive of an Int from the rendezvous channels X and Y (a 10 s deadline each; a timeout prints 'timeout'), printing 'got NAME VALUE' for each.")
+            abstract: "Print 'ready', then `count` times select a receive of an Int from the rendezvous channels X and Y (a 30 s deadline each; a timeout prints 'timeout'), printing 'got NAME VALUE' for each.")
         @OptionGroup var options: ContainerOptions
         @Argument var x: String
         @Argument var y: String
@@ -167,7 +167,7 @@ struct ChannelTestCommand: AsyncParsableCommand {
                     let got = try await select(
                         .receive(from: xs) { [x] value in "got \(x) \(value.map(String.init) ?? "end")" },
                         .receive(from: ys) { [y] value in "got \(y) \(value.map(String.init) ?? "end")" },
-                        deadline: .after(.seconds(10)))
+                        deadline: .after(.seconds(30)))
                     emit(got)
                 } catch let error as BatonError where error.code == .timedOut {
                     emit("timeout")

@@ -20,13 +20,13 @@ struct ChannelRendezvousTests {
             // Until the select waits: then exactly one of the two may succeed.
             var sent = (x: false, y: false)
             let start = ContinuousClock.now
-            while !sent.x && !sent.y && ContinuousClock.now - start < .seconds(20) {
+            while !sent.x && !sent.y && ContinuousClock.now - start < .seconds(40) {
                 sent.x = try x.trySend(10 * round + 1)
                 sent.y = try y.trySend(10 * round + 2)
                 if !sent.x && !sent.y { try await Task.sleep(for: .milliseconds(2)) }
             }
             #expect(sent.x != sent.y, "round \(round): x.trySend \(sent.x), y.trySend \(sent.y)")
-            let got = try await selecter.line(timeout: 30) { $0.hasPrefix("got ") || $0 == "timeout" }
+            let got = try await selecter.line(timeout: 60) { $0.hasPrefix("got ") || $0 == "timeout" }
             #expect(got == (sent.x ? "got x \(10 * round + 1)" : "got y \(10 * round + 2)"), "round \(round)")
             #expect(try await selecter.wait() == 0)
             #expect(try x.tryReceive() == nil, "round \(round): x holds an element")

@@ -14,13 +14,13 @@ struct KernelTests {
         let container = try SharedContainer(path: directory.path)
         let map = try MappedFile(container, relativePath: "word", minimumSize: 4096)
         let word = map.pointer.assumingMemoryBound(to: UInt32.self)
-        let sleeper = try ChildProcess(harness: ["kernel-test", "wait-word", "--file", "word", "--timeout", "20"], container: directory.path)
+        let sleeper = try ChildProcess(harness: ["kernel-test", "wait-word", "--file", "word", "--timeout", "60"], container: directory.path)
         try await sleeper.line(timeout: 30) { $0 == "waiting 0" }
         // Let it go to sleep in the kernel: a store alone does not wake a sleeper.
         try await Task.sleep(for: .milliseconds(200))
         baton_store32(word, 7)
         AddressWait.wakeAll(word)
-        let line = try await sleeper.line(timeout: 15) { $0.hasPrefix("woken") || $0 == "timed-out" }
+        let line = try await sleeper.line(timeout: 60) { $0.hasPrefix("woken") || $0 == "timed-out" }
         #expect(line == "woken 7")
     }
 
