@@ -176,7 +176,7 @@ struct CommandLineArgumentTests {
                 lines.append(Self.commandLine(command, target: argument, value: [0x61, 0xFF, 0x62], container: directory.path))
             }
         }
-        let outcomes = try await Self.runAll(lines, container: directory.path, limit: 10)
+        let outcomes = try await Self.runAll(lines, container: directory.path, limit: 30)
         var problems = outcomes.compactMap(Self.problem)
         for outcome in outcomes where outcome.status == 0 {
             problems.append("`\(outcome.line)` accepted an argument that is not UTF-8")
