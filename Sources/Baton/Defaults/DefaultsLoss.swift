@@ -130,7 +130,20 @@ enum DefaultsLossFile {
         let file = try container.openDescriptor(relative, flags: O_WRONLY | O_CREAT | O_EXCL)
         let fd = file.rawValue
         do {
-            try Sys.pwriteAll(fd, UnsafeRawBufferPointer(start: base, count: count), at: 0).get("writing \(relative)")
+            // `base` is a shared mapping: copied through a private buffer, never handed to the
+            // kernel. If another program cut the file short under it, a copy by the CPU faults
+            // and the mapping guard extends the file (the copy holds zeros there), where the
+            // kernel reading the mapping for pwrite(2) would fail with EFAULT instead.
+            let chunk = 64 * 1024
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: min(max(count, 1), chunk), alignment: 16)
+            defer { buffer.deallocate() }
+            var offset = 0
+            while offset < count {
+                let length = min(chunk, count - offset)
+                buffer.baseAddress!.copyMemory(from: base + offset, byteCount: length)
+                try Sys.pwriteAll(fd, UnsafeRawBufferPointer(rebasing: buffer[0..<length]), at: offset).get("writing \(relative)")
+                offset += length
+            }
             try DurableSync.sync(fd).get("syncing \(relative)")
         } catch {
             _ = Sys.unlinkat(container.directory, relative)
