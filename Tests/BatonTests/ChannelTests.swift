@@ -68,6 +68,11 @@ struct ChannelTests {
         ("tail negative", 160, UInt64(bitPattern: -8)), ("data size huge", 168, 1 << 45), ("data size zero", 168, 0),
         ("data size misaligned", 168, 100_003), ("ready count negative", 176, UInt64(bitPattern: -5)),
         ("taken count huge", 184, 1 << 62), ("waiting receivers huge", 208, UInt64.max),
+        // Possible values, which only the seal tells from the real ones (each element here is
+        // one 48-byte frame: 40 bytes of header and "1"): before it, these lost elements.
+        ("head one frame on", 152, 48), ("head two frames on", 152, 96), ("tail one frame back", 160, 96),
+        ("tail at the head", 160, 0), ("ready count zero", 176, 0), ("taken count one", 184, 1),
+        ("next take id back", 200, 0), ("layout epoch moved", 216, 7),
     ]
 
     @Test("a forged header word never crashes a receiver, and the sent elements still arrive", arguments: 0..<forgedWords.count)
@@ -89,6 +94,72 @@ struct ChannelTests {
         // And the channel goes on.
         #expect(try await runBaton(["channel", "send", "forged", "4"], container: directory.path).status == 0)
         #expect(try await runBaton(["channel", "receive", "forged", "--count", "1", "--timeout", "5"], container: directory.path).lines == ["4"])
+    }
+
+    /// Sends 1, 2, 3 to a new channel "forged" and closes it; returns the channel file's path.
+    static func threeElements(_ directory: TemporaryContainer) async throws -> String {
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "forged", capacity: .unbounded)
+        for value in 1...3 { try await channel.send(value) }
+        return directory.path + "/.baton/channels/forged"
+    }
+
+    static func pwrite32(_ file: String, _ value: UInt32, at offset: Int) {
+        let fd = open(file, O_RDWR | O_CLOEXEC)
+        var bytes = value.littleEndian
+        #expect(pwrite(fd, &bytes, 4, off_t(offset)) == 4)
+        close(fd)
+    }
+
+    /// Receives until empty, counting the damage reports (malformedFrame, corrupt) on the way.
+    static func drain(_ channel: SharedChannel<Int>) throws -> (values: [Int], reports: [String]) {
+        var values: [Int] = [], reports: [String] = []
+        for _ in 0..<10 {
+            do {
+                guard let value = try channel.tryReceive() else { break }
+                values.append(value)
+            } catch let error as BatonError where error.code == .malformedFrame || error.code == .corrupt {
+                reports.append(error.message)
+            }
+        }
+        return (values, reports)
+    }
+
+    @Test("a frame marked done or taken by another program is reported, or returned to the channel, never lost silently")
+    func forgedFrameState() async throws {
+        // Frame 2 starts at 4096 + 48; its state word is the first 4 bytes (0 ready, 1 taken, 2 done).
+        // Marked done: lost, and said. Marked taken (by receiver slot 0, free here): returned to
+        // the channel like a dead receiver's take, nothing lost.
+        for (state, expected, reported) in [(UInt32(2), [1, 3], 1), (UInt32(1), [1, 2, 3], 0)] {
+            let directory = try TemporaryContainer()
+            let file = try await Self.threeElements(directory)
+            Self.pwrite32(file, state, at: 4096 + 48)
+            let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "forged", capacity: .unbounded)
+            let (values, reports) = try Self.drain(channel)
+            #expect(values.sorted() == expected, "state \(state): \(values) \(reports)")
+            #expect(reports.count == reported, "state \(state): \(reports)")
+            try await channel.send(4)
+            #expect(try channel.tryReceive() == 4)
+        }
+        // Marked taken by a receiver slot that a live process holds, with no take id: returned.
+        let directory = try TemporaryContainer()
+        let file = try await Self.threeElements(directory)
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "forged", capacity: .unbounded)
+        #expect(try channel.tryReceive() == 1)
+        Self.pwrite32(file, 1, at: 4096 + 96)
+        let (values, reports) = try Self.drain(channel)
+        #expect(values == [2, 3], "\(values) \(reports)")
+        #expect(reports.count == 1 && reports.first?.contains("no receiver took") == true, "\(reports)")
+    }
+
+    @Test("a seal that fails its checksum is said once to the next caller; the channel goes on from its words")
+    func brokenSeal() async throws {
+        let directory = try TemporaryContainer()
+        let file = try await Self.threeElements(directory)
+        Self.pwrite32(file, 0xDEAD_BEEF, at: 4088)
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "forged", capacity: .unbounded)
+        let (values, reports) = try Self.drain(channel)
+        #expect(values == [1, 2, 3])
+        #expect(reports.count == 1 && reports.first?.contains("seal") == true, "\(reports)")
     }
 
     @Test("a receiver does not wait for ever on a lock holder that is stopped (SIGSTOP) but alive")

@@ -17,7 +17,9 @@ import Synchronization
 ///   224 skipped malformed regions
 ///   240 rendezvous receivers waiting (49 x 16 bytes: u64 waiter reference, u32 case, u32 0),
 ///       see ``ChannelWaiterTable``
-///   1024 receivers (384 x u64): the owner token (``OwnerTokens``) of each receiving process
+///   1024 receivers (376 x u64): the owner token (``OwnerTokens``) of each receiving process
+///   4032 the seal: a copy of head, tail, data size, ready, taken, next take id and layout
+///        epoch (7 x u64), then at 4088 the CRC-32C of that copy (u32); see ``sealedFields``
 /// data (from byte 4096): frames between head and tail; consumed frames before head are
 ///   reclaimed by moving the live frames to the start (only when they do not overlap), or the
 ///   file grows.
@@ -25,6 +27,15 @@ import Synchronization
 /// A taker records its owner token in a receiver slot, and the slot's index in each frame it
 /// takes; a frame it took but did not acknowledge goes back to the channel once its token is
 /// released (the process died or suspended).
+///
+/// The words that steer reading (head, tail, the counts) change in place under the lock, so no
+/// checksum can cover them where they are. Instead every holder, before it unlocks, copies them
+/// to the seal with a CRC; the next holder compares. A word that another program changed is put
+/// back from the copy (and said); a seal that fails its CRC is rebuilt from the words after the
+/// structure checks. A holder that died before sealing is told so by the lock, and the repair
+/// for a dead holder runs instead. A frame's state word, also changed in place, is checked
+/// against the sealed counts: a ready frame that another program marked done or taken is
+/// reported when the count disagrees.
 final class ChannelLog: @unchecked Sendable {
     // @unchecked: `data`, `mappedDataSize`, `slot` and `pendingRings` are read and written only while holding the
     // lock in the header (see `withLock`); header fields are touched with atomics (most under the
@@ -32,12 +43,13 @@ final class ChannelLog: @unchecked Sendable {
 
     static let magic: UInt64 = 0x314E_4843_4E54_4142 // "BATNCHN1" little-endian
     /// 2: the lock is a ``SharedMutex`` and receivers are owner tokens (version 1 held a
-    /// pthread mutex and OFD locks).
-    static let version: UInt32 = 2
+    /// pthread mutex and OFD locks). 3: the seal of the header's positions and counts.
+    static let version: UInt32 = 3
     static let headerSize = 4096
     static let initialDataSize = 64 * 1024
     static let participantOffset = 1024
-    static let maxParticipants = (headerSize - participantOffset) / 8
+    static let oSeal = 4032, oSealChecksum = 4088
+    static let maxParticipants = (oSeal - participantOffset) / 8
     static let directoryName = "channels"
     /// How long an operation waits for a live process that holds the channel's lock.
     static let lockPatience: Duration = .seconds(5)
@@ -48,6 +60,8 @@ final class ChannelLog: @unchecked Sendable {
     static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
     static let oRegistrations = 240, registrationSize = 16
     static let registrationCount = (participantOffset - oRegistrations) / registrationSize
+    /// The header words the seal copies: every one changes only under the lock.
+    static let sealedFields = [oHead, oTail, oDataSize, oReady, oTaken, oNextTake, oEpoch]
 
     enum Storage { case file(fd: Int32, relativePath: String, absolutePath: String), memory }
 
@@ -65,6 +79,8 @@ final class ChannelLog: @unchecked Sendable {
     private var slot: Int?
     /// Doorbells to ring before the lock is released (set under the lock; see `withLock`).
     private var pendingRings: (readable: Bool, writable: Bool) = (false, false)
+    /// Damage found while opening, said by the first operation (under the lock).
+    private var unreportedDamage: String?
     private let container: SharedContainer?
     private let local = Mutex<(events: FileEvents.Subscription?, suspension: SuspensionController.RegistrationToken?)>((nil, nil))
     /// Owner tokens of the container (nil for an in-process channel, whose lock owner is always
@@ -126,6 +142,7 @@ final class ChannelLog: @unchecked Sendable {
                 mapped.storeBytes(of: stored.count.littleEndian, toByteOffset: Self.oCount, as: UInt64.self)
                 SharedMutex(mapped.advanced(by: Self.oMutex)).initialize()
                 baton_store64(Self.dword(mapped, Self.oDataSize), UInt64(Self.initialDataSize))
+                Self.seal(mapped)
                 mapped.storeBytes(of: Self.magic.littleEndian, toByteOffset: Self.oMagic, as: UInt64.self)
                 mapped.storeBytes(of: Self.headerChecksum(mapped).littleEndian, toByteOffset: Self.oCRC, as: UInt32.self)
             }
@@ -160,7 +177,7 @@ final class ChannelLog: @unchecked Sendable {
         writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
         // Every stored property is set: if this throws, deinit runs and closes the descriptor
         // (closing it here too would close it twice).
-        try withLock {}
+        try withLock(opening: true) {}
         let token = container.suspension.register(SuspensionRelease(self))
         local.withLock { $0.suspension = token }
     }
@@ -198,6 +215,58 @@ final class ChannelLog: @unchecked Sendable {
         Checksum.crc32c(UnsafeRawBufferPointer(start: base, count: 24))
     }
 
+    /// Copies the ``sealedFields`` to the seal and checksums the copy (under the lock, before
+    /// it is released).
+    private static func seal(_ header: UnsafeMutableRawPointer) {
+        for (index, offset) in sealedFields.enumerated() {
+            baton_store64(dword(header, oSeal + index * 8), baton_load64(dword(header, offset)))
+        }
+        baton_store32(word(header, oSealChecksum), sealChecksum(header))
+    }
+
+    private static func sealChecksum(_ header: UnsafeMutableRawPointer) -> UInt32 {
+        Checksum.crc32c(UnsafeRawBufferPointer(start: header.advanced(by: oSeal), count: sealedFields.count * 8))
+    }
+
+    /// Compares the header's positions and counts with the seal the last holder left (under the
+    /// lock, when that holder did not die inside it). Words that differ from an intact seal were
+    /// changed by another program: they are put back. A seal that fails its checksum is left to
+    /// be rebuilt from the words, which the structure checks then judge: returns what to say then.
+    private func checkSeal() -> String? {
+        let intact = baton_load32(Self.word(header, Self.oSealChecksum)) == Self.sealChecksum(header)
+        var changed: [String] = []
+        for (index, offset) in Self.sealedFields.enumerated() {
+            let sealed = baton_load64(Self.dword(header, Self.oSeal + index * 8))
+            let current = baton_load64(Self.dword(header, offset))
+            guard sealed != current else { continue }
+            changed.append("\(Self.fieldName(offset)) \(current) (sealed \(sealed))")
+            if intact { baton_store64(Self.dword(header, offset), sealed) }
+        }
+        guard !intact || !changed.isEmpty else { return nil }
+        addField(Self.oMalformed, 1)
+        ringOnUnlock(readable: true, writable: true)
+        if intact {
+            container?.diagnostics.report(.channelRepaired, level: .warning, "repaired channel \(name): another program changed its header words (\(changed.joined(separator: ", "))); they were put back from the seal, nothing was lost")
+            return nil
+        }
+        let message = "the seal of the channel \(name)'s header words failed its checksum (another program changed the file); the channel goes on from the words as they are\(changed.isEmpty ? "" : " (\(changed.joined(separator: ", ")))"), and elements sent before may be lost. Retry the operation"
+        container?.diagnostics.report(.channelRepaired, level: .warning, "repaired channel \(name): \(message)")
+        return message
+    }
+
+    private static func fieldName(_ offset: Int) -> String {
+        switch offset {
+        case oHead: "head"
+        case oTail: "tail"
+        case oDataSize: "data size"
+        case oReady: "ready count"
+        case oTaken: "taken count"
+        case oNextTake: "next take id"
+        case oEpoch: "layout epoch"
+        default: "word \(offset)"
+        }
+    }
+
     // MARK: Header access
 
     private static func word(_ base: UnsafeMutableRawPointer, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
@@ -223,7 +292,7 @@ final class ChannelLog: @unchecked Sendable {
     /// leave a waiter asleep while there is room or an element. Killed before the ring, it still
     /// holds the lock, and the next locker's repair rings both.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
-    private func withLock<R>(_ body: () throws -> R) throws -> R {
+    private func withLock<R>(opening: Bool = false, _ body: () throws -> R) throws -> R {
         if case .file(let fd, let relativePath, let absolutePath) = storage,
            try MappedFile.restoreTruncatedSize(fd, to: Self.headerSize + max(mappedDataSize, 1), path: relativePath) {
             // Another program cut the file short: it is extended again before the mapping is
@@ -243,6 +312,7 @@ final class ChannelLog: @unchecked Sendable {
             pendingRings = (false, false)
             if rings.readable { readable.ring() }
             if rings.writable { writable.ring() }
+            if storage.isFile { Self.seal(header) }
             mutex.unlock(as: token)
         }
         if acquired == .ownerDied {
@@ -250,6 +320,17 @@ final class ChannelLog: @unchecked Sendable {
             repair()
             container?.diagnostics.report(.channelRepaired, "repaired channel \(name) after a process died holding its lock")
             ringOnUnlock(readable: true, writable: true)
+        } else if storage.isFile, let damage = checkSeal() {
+            // Rebuilt from words that nothing vouches for: said to this caller, whose operation
+            // does not run (the rebuilt seal is kept; a retry proceeds). Found while opening, it
+            // is said by the first operation instead.
+            try followDataSize()
+            if !structureIsSound() { repair() }
+            unreportedDamage = damage
+        }
+        if let damage = unreportedDamage, !opening {
+            unreportedDamage = nil
+            throw BatonError(.corrupt, damage)
         }
         try followDataSize()
         if !structureIsSound() {
@@ -385,6 +466,23 @@ final class ChannelLog: @unchecked Sendable {
         } else {
             setField(Self.oHead, head)
         }
+    }
+
+    /// Puts back to ready the frames marked taken that carry no take (take id 0, or the mark of
+    /// a rendezvous offer or handoff); recounts. `true` when any went back.
+    private func returnUntakenFrames() -> Bool {
+        var returned = false
+        walk { offset, _ in
+            let owner = baton_load32(Self.word(data, offset + 4))
+            if state(offset) == ChannelFrame.State.taken.rawValue,
+               frame(offset).load(fromByteOffset: 8, as: UInt64.self) == 0 || owner & Self.markMask != 0 {
+                setState(offset, .ready)
+                returned = true
+            }
+            return true
+        }
+        if returned { recount() }
+        return returned
     }
 
     /// Recomputes the counts from the frames.
@@ -788,7 +886,26 @@ final class ChannelLog: @unchecked Sendable {
                     offset += size
                 }
                 // Nothing ready was found: keep the count honest (appends ring only after it was 0).
-                if field(Self.oReady) != 0 { recount() }
+                if field(Self.oReady) != 0 || field(Self.oTaken) < 0 {
+                    let counted = (ready: field(Self.oReady), taken: field(Self.oTaken))
+                    recount()
+                    let found = (ready: field(Self.oReady), taken: field(Self.oTaken))
+                    if found.taken > counted.taken, returnUntakenFrames() {
+                        // A take writes its take id and slot with the state; a frame marked
+                        // taken without them was marked by another program.
+                        addField(Self.oMalformed, 1)
+                        ringReadable = true
+                        return .malformed("the channel \(name) held frames marked taken that no receiver took (changed by another program); they were returned to the channel")
+                    }
+                    if found.ready + found.taken < counted.ready + counted.taken {
+                        // Every change of a frame's state changes the counts with it, under the
+                        // lock: fewer live frames than counted means another program marked
+                        // some done (or damaged them) in place.
+                        addField(Self.oMalformed, 1)
+                        ringWritable = true
+                        return .malformed("the channel \(name) counted \(counted.ready + counted.taken) elements waiting or being received, but its frames hold \(found.ready + found.taken): \(counted.ready + counted.taken - found.ready - found.taken) element(s) were marked done by another program and are lost; the channel goes on")
+                    }
+                }
                 if isClosed && field(Self.oTaken) <= 0 { return .end }
                 return .empty(othersTaking: othersTaking)
             }()
