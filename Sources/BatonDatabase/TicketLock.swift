@@ -224,7 +224,7 @@ package final class TicketLock: Sendable {
                 // Taken but not claimed yet: its owner is between two stores, or died there.
                 if let since = unclaimedSince, since.ticket == current {
                     if ContinuousClock.now - since.at >= Self.livenessInterval {
-                        advance(from: current)
+                        skipUnclaimed(from: current, before: number)
                         continue
                     }
                 } else {
@@ -464,10 +464,39 @@ package final class TicketLock: Sendable {
         if baton_load32(word32(Self.servingOffset)) == number { advance(from: number) }
     }
 
+    /// Moves `serving` from `current`, a ticket taken but not claimed within the liveness
+    /// interval, past every ticket before `limit` (the caller's own) that nobody claimed, in one
+    /// step: to the first ticket after `current` whose slot records it. A dispenser or `serving`
+    /// word changed by another program leaves thousands of tickets that nobody took, which one
+    /// liveness interval each would take hours to pass; a crash between taking and claiming
+    /// leaves one. (At most ``slotCount`` tickets are outstanding, so the slots name them all.)
+    private func skipUnclaimed(from current: UInt32, before limit: UInt32) {
+        let span = limit &- current
+        var target = limit
+        for slot in 0..<Self.slotCount {
+            let record = baton_load64(word64(Self.headerSize + slot * Self.slotSize))
+            let ticket = UInt32(truncatingIfNeeded: record >> 32)
+            let distance = ticket &- current
+            guard Int(ticket % UInt32(Self.slotCount)) == slot, UInt32(truncatingIfNeeded: record) != 0, distance > 0, distance < span, distance < target &- current else { continue }
+            target = ticket
+        }
+        if target &- current > 1 {
+            diagnostics.report(.deadTicketSkipped, level: .warning, "writer queue \(name): skipped \(target &- current) tickets from \(current) that no process claimed (the queue's words were changed by another program, or a writer died taking a ticket)")
+        }
+        if baton_cas32(word32(Self.servingOffset), current, target) != 0 { wake(target) }
+    }
+
     /// Moves `serving` from `number` to the next ticket that is not abandoned, and wakes its owner.
     /// Does nothing when `serving` already moved past `number` (someone else advanced it).
     private func advance(from number: UInt32) {
         let serving = word32(Self.servingOffset)
+        // Its turn is over: its record says so (as an abandoned one does), so that a `serving`
+        // word moved back by another program never waits for this ticket's live owner again.
+        // (A compare-and-swap: the slot may hold a newer ticket already.)
+        let record = baton_load64(owner(number))
+        if UInt32(truncatingIfNeeded: record >> 32) == number, UInt32(truncatingIfNeeded: record) != 0 {
+            _ = baton_cas64(owner(number), record, UInt64(number) << 32)
+        }
         var current = number
         while baton_cas32(serving, current, current &+ 1) != 0 {
             current &+= 1

@@ -47,4 +47,29 @@ struct WriterQueueTests {
         #expect(ContinuousClock.now - killed < .seconds(5))
         queue.release(ticket)
     }
+
+    /// A run of tickets that nobody took, left by another program changing the dispenser
+    /// (`next`) or the `serving` word, is passed in one step after one liveness interval, not one
+    /// interval per ticket (20,000 of them took 2,000 s: every writer got `busy`).
+    @Test("a forged dispenser or serving word does not make every writer busy", arguments: [(64, 20_000), (128, -1_000)])
+    func forgedQueueWord(_ forged: (offset: Int, delta: Int)) async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let queue = try TicketLock(container, name: "queue")
+        for _ in 0..<3 { queue.release(try queue.acquire(deadline: .after(.seconds(5)), interruption: { nil })) }
+        let file = directory.path + "/.baton/queue"
+        let fd = open(file, O_RDWR | O_CLOEXEC)
+        var word: UInt32 = 0
+        #expect(pread(fd, &word, 4, off_t(forged.offset)) == 4)
+        word = UInt32(truncatingIfNeeded: Int(word) + forged.delta)
+        #expect(pwrite(fd, &word, 4, off_t(forged.offset)) == 4)
+        close(fd)
+        // In another process too: its ticket is one of the run's.
+        let other = try ChildProcess(harness: ["kernel-test", "queue-acquire", "--name", "queue", "--timeout", "5"], container: directory.path)
+        #expect(try await other.line(timeout: 30) { $0 == "acquired" || $0 == "busy" } == "acquired")
+        other.signal(SIGKILL)
+        _ = try await other.wait()
+        let ticket = try queue.acquire(deadline: .after(.seconds(5)), interruption: { nil })
+        queue.release(ticket)
+    }
 }
