@@ -85,8 +85,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Test fixtures shared by the harness, the benchmarks and the tests: the lifecycle
-        // loopback server and connection, the hand-over permit, the test database schema.
+        // Test fixtures shared by the harness, the benchmarks and the tests: the hand-over
+        // permit, the test database schema.
         .target(
             name: "BatonFixtures",
             dependencies: [

@@ -57,7 +57,7 @@ plant "syscall(2) in the shim's Apple half" Sources/CBatonShims/platform/CBatonS
   's.replace("{ (void)pthread_setname_np(name); }", "{ (void)syscall(0); (void)pthread_setname_np(name); }", 1)'
 plant "a Sendable class storing a DispatchSourceTimer" Sources/Baton/Kernel/FileProtection+Darwin.swift \
   's.replace("extension FileProtection {", "import Dispatch\nfinal class PlantedTimer: Sendable { let timer: any DispatchSourceTimer = DispatchSource.makeTimerSource() }\nextension FileProtection {", 1)'
-plant "UIApplication.shared where an extension cannot use it (outside the main actor)" Sources/Baton/Lifecycle/BackgroundTaskProvider+UIKit.swift \
+plant "UIApplication.shared where an extension cannot use it (outside the main actor)" Sources/Baton/Lifecycle/BackgroundTime/BackgroundTaskProvider+UIKit.swift \
   's.replace("let application = self.application\n", "let application = UIApplication.shared\n", 1)'
 plant "a futex wait from the Apple kernel layer" Sources/Baton/Kernel/AddressWait+Darwin.swift \
   's.replace("baton_darwin_wait_on_address(word, expected, timeoutNanoseconds)", "baton_linux_futex_wait(word, expected, timeoutNanoseconds)", 1)'

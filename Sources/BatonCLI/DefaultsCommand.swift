@@ -108,22 +108,17 @@ struct DefaultsCommand: AsyncParsableCommand {
         func run() async throws {
             let defaults = try options.open()
             let changes = try defaults.changes(forKey: key)
-            if announce { emit("ready") }
-            let deadline = try Deadline.option(timeout)
-            var seen = 0
-            while count.map({ seen < $0 }) ?? true {
-                do {
-                    let changed = try await changes.next(deadline: deadline)
-                    seen += 1
+            try await watchLoop(
+                announce: announce, count: count, timeout: timeout,
+                timedOut: { "\(key) in suite \(options.suite) changed \($0) times" },
+                next: { try await changes.next(deadline: $0) },
+                show: { changed in
                     if let value = try defaults.storedValue(forKey: changed) {
                         emit("\(changed)=\(render(value))")
                     } else {
                         emit("\(changed) removed")
                     }
-                } catch let error as BatonError where error.code == .timedOut {
-                    throw CommandOutcome.timedOut("\(key) in suite \(options.suite) changed \(seen) times\(count.map { " of \($0) expected" } ?? "")", after: timeout)
-                }
-            }
+                })
         }
     }
 

@@ -34,18 +34,11 @@ struct SignalCommand: AsyncParsableCommand {
         func run() async throws {
             let signals = try options.open().signals
             let observation = try signals.observe(name)
-            if announce { emit("ready") }
-            let deadline = try Deadline.option(timeout)
-            var delivered = 0
-            while count.map({ delivered < $0 }) ?? true {
-                do {
-                    let delivery = try await observation.next(deadline: deadline)
-                    delivered += 1
-                    emit("\(delivery.name) state=\(delivery.state)")
-                } catch let error as BatonError where error.code == .timedOut {
-                    throw CommandOutcome.timedOut("signal \(name) delivered \(delivered) times\(count.map { " of \($0) expected" } ?? "")", after: timeout)
-                }
-            }
+            try await watchLoop(
+                announce: announce, count: count, timeout: timeout,
+                timedOut: { "signal \(name) delivered \($0) times" },
+                next: { try await observation.next(deadline: $0) },
+                show: { emit("\($0.name) state=\($0.state)") })
         }
     }
 }

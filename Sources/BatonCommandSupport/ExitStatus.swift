@@ -27,7 +27,8 @@ package enum ExitStatus: Int32, CaseIterable, Sendable {
     case invalidInput = 64
     /// The container, database, channel or process named does not exist.
     case notFound = 66
-    /// Something failed that should not have (a system call, an unexpected error).
+    /// Something failed that should not have (a system call, the simulator's processes, an
+    /// unexpected error).
     case internalFailure = 70
     /// Refused for safety: another user owns or may write the files, a link or a FIFO stands
     /// where a regular file should be, no permission.
@@ -46,7 +47,7 @@ package enum ExitStatus: Int32, CaseIterable, Sendable {
         case .damaged: return "damaged data found (checksum, integrity check)"
         case .invalidInput: return "invalid input (usage, option value, name, JSON)"
         case .notFound: return "not found (container, database, channel, process)"
-        case .internalFailure: return "internal failure (a system call failed)"
+        case .internalFailure: return "internal failure (a system call failed, a simulated process would not start)"
         case .refused: return "refused (permissions, another user's files, a link or FIFO)"
         }
     }
@@ -67,6 +68,7 @@ package enum ExitStatus: Int32, CaseIterable, Sendable {
         case .invalidName, .invalidArgument, .pathTooLong: self = .invalidInput
         case .notFound, .notADirectory: self = .notFound
         case .notWritable, .ownedByAnotherUser, .writableByOthers, .symbolicLink, .notARegularFile: self = .refused
+        case .systemCallFailed, .simulationFailed: self = .internalFailure
         default: self = .internalFailure
         }
     }

@@ -10,6 +10,12 @@ import Foundation
 /// benchmark and sample, and of the simulator's app and extension. Connects with a ``LoopbackClient``,
 /// says `HELLO`, stores each `MSG` through the sink before acknowledging it, and reports `IDLE`
 /// as nothing pending. Cancellation shuts the connection down.
+///
+/// The server it connects to is a ``LoopbackServer`` created in some process (the simulator,
+/// the lifecycle tests and the benchmarks' workers create one), or a process of its own:
+/// `baton-harness inbox loopback serve` prints `listening PORT`, and `baton-harness inbox
+/// loopback push --port PORT ID=PAYLOAD` queues messages on it. `baton-harness` is the test
+/// harness executable, built beside `baton`; it is not a user command.
 package struct LoopbackMessageSource: MessageSource {
     package let port: UInt16
     /// The name the connection gives the server.

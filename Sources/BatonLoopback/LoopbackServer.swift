@@ -132,7 +132,8 @@ public final class LoopbackServer: Sendable {
         }
     }
 
-    /// Serves until the process ends (`baton inbox loopback serve`).
+    /// Serves until the process ends (`baton-harness inbox loopback serve`, the test harness's
+    /// server process).
     package func serve() -> Never {
         while true { pause() }
     }

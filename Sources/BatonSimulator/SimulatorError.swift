@@ -5,11 +5,8 @@ import Darwin
 import Glibc
 #endif
 
-extension BatonError.Code {
-    /// The simulator could not do what it was asked (a child would not start, a socket failed).
-    public static let simulationFailed = BatonError.Code("simulationFailed")
-}
-
+/// A failed system call of the simulator, thrown as `simulationFailed` (a code of the one list,
+/// `BatonErrorCodes`, in Baton's `BatonError.swift`).
 enum SimulatorError {
     static func system(_ call: String, _ number: Int32) -> BatonError {
         BatonError(.simulationFailed, "\(call) failed: \(String(cString: strerror(number))) (errno \(number))")

@@ -92,6 +92,13 @@ struct CommandLineProductTests {
         _ = try await gone.wait()
         let expire = try await runBaton(["lifecycle", "expire", "--pid", String(gone.pid)], container: path)
         #expect(expire.status == 66, "\(expire.lines) \(expire.errors)")
+        // 70: internal failure, here `simulationFailed` (a simulated app that cannot start).
+        let unstartable = try TemporaryContainer()
+        let scenario = unstartable.path + "/unstartable.json"
+        #expect(FileManager.default.createFile(atPath: scenario, contents: Data(#"{"seconds": 1, "rule": "apple", "app": {"command": ["/nonexistent/baton-test-program"]}, "actions": [{"at": 0, "do": "open"}]}"#.utf8)))
+        let failed = try await runBaton(["simulate", scenario], container: unstartable.path)
+        #expect(failed.status == 70, "\(failed.lines) \(failed.errors)")
+        #expect(failed.errors.count == 1 && failed.errors[0].hasPrefix("Error: simulationFailed: cannot start"), "\(failed.errors)")
         // 77: refused for safety.
         let shared = try TemporaryContainer()
         #expect(chmod(shared.path, 0o777) == 0)

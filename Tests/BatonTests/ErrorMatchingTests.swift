@@ -58,4 +58,13 @@ struct ErrorMatchingTests {
         let custom = BatonError.Code("customForTest")
         #expect(custom ~= BatonError(custom, "x"))
     }
+
+    /// The simulator's code is in the one list too: `catch BatonError.simulationFailed`.
+    @Test func simulationFailedIsInTheOneList() {
+        let failed = BatonError(.simulationFailed, "the app did not report ready")
+        #expect(BatonError.simulationFailed ~= failed && BatonError.Code.simulationFailed ~= failed)
+        #expect(!(BatonError.simulationFailed ~= BatonError(.systemCallFailed, "x")))
+        #expect(BatonError.simulationFailed.rawValue == "simulationFailed")
+        do { throw failed } catch BatonError.simulationFailed {} catch { Issue.record("not matched: \(error)") }
+    }
 }

@@ -79,7 +79,7 @@ public final class Signals: Sendable {
     }
 
     /// Checks a signal name: 1...128 bytes of UTF-8, no NUL.
-    public static func validate(_ name: String) throws {
+    package static func validate(_ name: String) throws {
         let count = name.utf8.count
         guard count >= 1, count <= maxNameBytes else {
             throw BatonError(.invalidName, "a signal name must be 1 to \(maxNameBytes) bytes of UTF-8; this one is \(count) bytes")

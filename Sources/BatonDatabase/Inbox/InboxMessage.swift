@@ -59,7 +59,7 @@ public struct InboxMessage: Sendable, Hashable, Identifiable, CustomStringConver
 
     /// Checks an id: 1...1,024 bytes of UTF-8.
     /// - Throws: `invalidArgument`.
-    public static func validate(id: String) throws {
+    package static func validate(id: String) throws {
         let count = id.utf8.count
         guard count >= 1, count <= maxIDBytes else {
             throw BatonError(.invalidArgument, "a message id must be 1 to \(maxIDBytes) bytes of UTF-8; this one is \(count) bytes")

@@ -77,8 +77,9 @@ public struct BatonError: Error, Sendable, CustomStringConvertible {
 /// catch BatonError.timedOut { /* ... */ }
 /// ```
 ///
-/// Modules built on Baton add their own codes in an `extension BatonError.Code`; those match
-/// the same way (`catch BatonError.Code.myCode`).
+/// Every module of this package (`BatonDatabase`, `BatonSimulator`...) throws codes of this
+/// list. Modules built on Baton add their own codes in an `extension BatonError.Code`; those
+/// match the same way (`catch BatonError.Code.myCode`).
 public protocol BatonErrorCodes {}
 
 extension BatonErrorCodes {
@@ -156,6 +157,12 @@ extension BatonErrorCodes {
     /// A channel frame failed its format or checksum check, or its payload could not be
     /// decoded as the channel's element type. The frame was skipped; the channel goes on.
     public static var malformedFrame: BatonError.Code { .init("malformedFrame") }
+
+    // MARK: Simulator
+
+    /// The simulator (`BatonSimulator`: `baton demo`, `baton simulate`) could not do what it was
+    /// asked: a child process would not start or report ready, a socket failed.
+    public static var simulationFailed: BatonError.Code { .init("simulationFailed") }
 }
 
 extension BatonError: BatonErrorCodes {}

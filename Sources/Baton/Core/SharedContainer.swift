@@ -223,7 +223,7 @@ public final class SharedContainer: Sendable {
 
     /// Validates a name that becomes part of a file name: 1...255 bytes, no `/`, no NUL, not `.`
     /// or `..`.
-    public static func validateName(_ name: String, what: String, maxBytes: Int = 255) throws {
+    package static func validateName(_ name: String, what: String, maxBytes: Int = 255) throws {
         let bytes = name.utf8.count
         guard bytes >= 1, bytes <= maxBytes else {
             throw BatonError(.invalidName, "\(what) must be 1 to \(maxBytes) bytes of UTF-8; this one is \(bytes) bytes")
