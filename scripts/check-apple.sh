@@ -8,6 +8,7 @@
 #
 # What it compiles, with `swiftc -emit-module` (whole module, bodies type-checked):
 #   Baton          every .swift under Sources/Baton except *+Linux.swift
+#   BatonSpawn     every .swift under Sources/BatonSpawn except *+Linux.swift
 #   BatonDatabase  every .swift under Sources/BatonDatabase except *+Linux.swift, against the
 #                  Apple-flavoured Baton above and GRDB built on Linux
 #   Examples/*     each folder as its own module, against both
@@ -185,6 +186,19 @@ for module in "$GRDB_MODULES"/GRDB*.swiftmodule "$GRDB_MODULES"/Logging.swiftmod
 : > "$WORK/baton.files"
 stage baton $(swift_files "$ROOT/Sources/Baton")
 emit Baton baton -I "$WORK/grdb"
+
+# BatonSpawn (the process spawner of the simulator and the harness, which run on macOS too),
+# with its C helpers' header as a clang module.
+mkdir -p "$WORK/maps/CBatonHarness"
+cat > "$WORK/maps/CBatonHarness/module.modulemap" <<EOF
+module CBatonHarness {
+    header "$ROOT/Sources/CBatonHarness/include/CBatonHarness.h"
+    export *
+}
+EOF
+: > "$WORK/spawn.files"
+stage spawn $(swift_files "$ROOT/Sources/BatonSpawn")
+emit BatonSpawn spawn -I "$WORK/grdb" -Xcc "-fmodule-map-file=$WORK/maps/CBatonHarness/module.modulemap"
 
 : > "$WORK/database.files"
 stage database $(swift_files "$ROOT/Sources/BatonDatabase")

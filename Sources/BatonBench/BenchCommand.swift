@@ -225,11 +225,23 @@ final class WorkerProcess {
         }
     }
 
-    /// Reads one line from the worker's standard output (blocking; benchmarks only).
-    func receiveLine() -> String? {
+    /// Reads one line from the worker's standard output (blocking; benchmarks only). With
+    /// `timeout` (seconds), `nil` when no whole line came in that time: a benchmark then reports
+    /// the stall instead of hanging.
+    func receiveLine(timeout: Double? = nil) -> String? {
         var bytes: [UInt8] = []
         var byte: UInt8 = 0
-        while read(output, &byte, 1) == 1 {
+        let end = timeout.map { monotonicNanoseconds() &+ UInt64($0 * 1e9) }
+        while true {
+            if let end {
+                let now = monotonicNanoseconds()
+                guard now < end else { return nil }
+                var descriptor = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+                let ready = poll(&descriptor, 1, Int32(min((end - now) / 1_000_000 + 1, 60_000)))
+                if ready < 0 && errno == EINTR { continue }
+                guard ready > 0 else { continue }
+            }
+            guard read(output, &byte, 1) == 1 else { break }
             if byte == 10 { return String(decoding: bytes, as: UTF8.self) }
             bytes.append(byte)
         }

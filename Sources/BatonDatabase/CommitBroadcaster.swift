@@ -40,7 +40,10 @@ final class CommitBroadcaster: TransactionObserver {
     func databaseDidCommit(_ db: Database) {
         let changed = tables
         tables = []
-        guard !changed.isEmpty, let database else { return }
+        // The relay's notification of other processes' commits changed nothing: announcing it
+        // would echo those commits back to every other relay, for ever, and could overwrite the
+        // table signal of a commit made meanwhile.
+        guard !changed.isEmpty, let database, !database.relaying.isSet else { return }
         var names: [String] = []
         names.reserveCapacity(changed.count)
         for table in changed {

@@ -29,7 +29,8 @@ extension SharedDatabase {
     /// ``pool`` in this process. Commits whose tables are unknown (a program that does not use
     /// Baton, such as the `sqlite3` shell, noticed through `PRAGMA data_version` within
     /// ``Configuration/externalChangePollInterval``; a commit made as the relay started; a
-    /// schema change) are notified as changes to the whole database. Commits of this process
+    /// schema change) are notified as changes to the whole database. So is the start itself,
+    /// once: an observation started before `run()` sees the commits made until then. Commits of this process
     /// are left to GRDB, which sees them on its own.
     ///
     /// While the database is suspended nothing is notified; the first change seen after
@@ -91,6 +92,13 @@ struct CommitRelay {
 
     mutating func run() async throws {
         let database = self.database
+        // Once, as the relay starts: observations started before it may have missed commits
+        // made in between (every later commit is watched already, see ``start(_:)``).
+        do {
+            try await notify(Notification(wholeDatabase: true, tables: []))
+        } catch let error as BatonError where error.code == .suspended {
+            missed = true
+        }
         while true {
             try Task.checkCancellation()
             let change = try await watch.nextChange()
@@ -129,10 +137,13 @@ struct CommitRelay {
     /// (which takes no lock); a schema change is notified as a change to the whole database.
     private mutating func notify(_ notification: Notification) async throws {
         let known = schemaVersion
+        let database = self.database
         let schema = try await database.writerAccess { db -> (version: Int, tables: [String])? in
             let version = try Int.fetchOne(db, sql: "PRAGMA schema_version") ?? 0
             let changed = version != known
             guard changed || notification.wholeDatabase || !notification.tables.isEmpty else { return nil }
+            database.relaying.set(true)
+            defer { database.relaying.set(false) }
             try db.inTransaction(.deferred) {
                 if changed || notification.wholeDatabase {
                     try db.notifyChanges(in: .fullDatabase)

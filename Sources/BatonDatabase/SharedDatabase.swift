@@ -81,6 +81,10 @@ public final class SharedDatabase: Sendable {
     let holdingTurn = InterruptionFlag()
     /// The commit sequence number of this process's last announced commit (see ``run()``).
     let localSequence = Atomic<UInt64>(0)
+    /// Set while ``run()`` notifies GRDB of other processes' commits, in an empty transaction on
+    /// the writer connection: that transaction is not a commit to announce (see
+    /// ``CommitBroadcaster``). Only touched on the writer connection's queue.
+    let relaying = InterruptionFlag()
     /// Writer-connection accesses of this process in flight (writes, data_version checks): the
     /// fast path runs only when there are none, so GRDB's writer queue is idle.
     let writerAccesses = Atomic<Int>(0)

@@ -76,7 +76,7 @@ package struct ChildSpawn: Sendable {
         var parentEnds: [Int32?] = [nil, nil, nil]
         func closeAll() { for fd in opened + parentEnds.compactMap({ $0 }) { close(fd) } }
 
-        var actions = posix_spawn_file_actions_t()
+        var actions = Self.emptyFileActions()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
 
@@ -112,7 +112,7 @@ package struct ChildSpawn: Sendable {
         }
         Self.closeFrom(&actions, (descriptors.keys.max() ?? 2) + 1)
 
-        var attributes = posix_spawnattr_t()
+        var attributes = Self.emptyAttributes()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
         // The child starts with no blocked signal and default dispositions (this process

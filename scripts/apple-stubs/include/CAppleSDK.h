@@ -1,5 +1,6 @@
 // Umbrella of the transcribed Apple C declarations, re-exported by the Darwin stub module.
 #include <fcntl.h>
+#include <spawn.h>
 #include <time.h>
 #include <pthread.h>
 #include <notify.h>
