@@ -765,6 +765,7 @@ public final class SharedDatabase: Sendable {
     func dataVersion() async throws -> DataVersion {
         let pool = try enter(writing: false)
         defer { leave() }
+        if let version = try dataVersionNow(pool) { return version }
         writerAccesses.add(1, ordering: .acquiringAndReleasing)
         defer { writerAccesses.subtract(1, ordering: .releasing) }
         do {
@@ -772,6 +773,33 @@ public final class SharedDatabase: Sendable {
                 try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0
             }
             return DataVersion(pool: ObjectIdentifier(pool), value: value)
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    /// ``dataVersion()`` on the calling thread when the writer connection is idle (as the write
+    /// fast path does): GRDB's synchronous access then runs here, with no thread hop for a
+    /// one-row pragma. `nil` when the connection is busy (the caller queues instead).
+    private func dataVersionNow(_ pool: DatabasePool) throws -> DataVersion? {
+        guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else { return nil }
+        defer { writerAccesses.subtract(1, ordering: .releasing) }
+        do {
+            let value = try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0 }
+            return DataVersion(pool: ObjectIdentifier(pool), value: value)
+        } catch {
+            throw translate(error)
+        }
+    }
+
+    /// Reads on the calling thread (GRDB's synchronous read runs there when a reader is free):
+    /// for the observation's fetch after a change, which would otherwise cost two thread hops.
+    /// Like a synchronous GRDB read, it holds the calling thread for the read's duration.
+    func readNow<T>(_ body: (Database) throws -> T) throws -> T {
+        let pool = try enter(writing: false)
+        defer { leave() }
+        do {
+            return try pool.read(body)
         } catch {
             throw translate(error)
         }
