@@ -111,6 +111,10 @@ struct ChangeWatch: Sendable {
         case external
     }
 
+    /// How long a data_version change waits for a Baton writer's signal before it counts as a
+    /// commit by another program.
+    static let announceGrace: Duration = .milliseconds(50)
+
     mutating func rebaseline() async throws {
         baseline = try? await database.dataVersion()
     }
@@ -134,6 +138,18 @@ struct ChangeWatch: Sendable {
                 if sequence != lastSequence {
                     lastSequence = sequence
                     return .commit(sequence: sequence)
+                }
+                // A Baton writer bumps the sequence just after its COMMIT: give its signal a
+                // moment before calling this a change by another program (which would notify
+                // the whole database for one table's commit).
+                if let delivery = try? await nextDelivery(deadline: .after(Self.announceGrace)) {
+                    lastSequence = max(lastSequence, delivery.state)
+                    return .commit(sequence: delivery.state)
+                }
+                let settled = database.writerQueue.sequence
+                if settled != lastSequence {
+                    lastSequence = settled
+                    return .commit(sequence: settled)
                 }
                 return .external
             }
