@@ -2,8 +2,9 @@ import CBatonShims
 import Synchronization
 
 /// A word in a channel's header that every state change of one kind rings ("an element
-/// arrived", "room was made"), and the one thread per process and word that sleeps on it while
-/// local tasks wait, resuming them when the word moves or their deadline passes.
+/// arrived", "room was made"), and the ``KernelWaitThread`` (one per process and word) that
+/// sleeps on it while local tasks wait, resuming them when the word moves or their deadline
+/// passes.
 ///
 /// Waiting tasks never park a thread: they suspend on a continuation. A waiter reads the word
 /// (``snapshot()``) *before* checking its condition and waits for the word to move past that
@@ -14,37 +15,17 @@ import Synchronization
 /// suspends counts itself in the header's sleeper count (across processes) before it checks the
 /// word a last time, and the ringer reads that count after it moved the word: so the ringer
 /// makes the wake system call (``AddressWait``) only when some task may be asleep, and never
-/// misses one. The thread sleeps on a private word while no task of this process waits.
-/// Deadlines are the thread's wait timeouts: no timer task per wait.
-final class ChannelDoorbell: @unchecked Sendable {
+/// misses one. The thread keeps sleeping on the shared word for ``linger`` after its last waiter
+/// left, then on its private word until a task waits again. Deadlines are the thread's wait
+/// timeouts: no timer task per wait.
+final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
-    // mapped for as long as this doorbell (and so its thread) lives; they are touched only with
-    // atomics. `idleWord` is private memory touched with atomics. Everything else is in `state`
-    // (a Mutex).
+    // mapped for as long as this doorbell (and the watches its thread sleeps on) lives; they are
+    // touched only with atomics. The spin budget is atomic; the waits are in `thread`.
     private let word: UnsafeMutablePointer<UInt32>
     private let sleepers: UnsafeMutablePointer<UInt32>
-    private let idleWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
-    private let threadName: String
     private let memory: ChannelHeaderMemory
-
-    private struct Waiter {
-        var seen: UInt32
-        var deadline: ContinuousClock.Instant?
-        var continuation: CheckedContinuation<Void, any Error>
-    }
-
-    private struct State {
-        var waiters: [UInt64: Waiter] = [:]
-        var nextID: UInt64 = 0
-        var started = false
-        var shutdown = false
-        /// The thread sleeps on its private word.
-        var threadIdle = false
-        /// When the thread's futex wait times out (`nil`: never), as last computed.
-        var sleepingUntil: ContinuousClock.Instant?
-    }
-
-    private let state = Mutex(State())
+    private let thread: KernelWaitThread
 
     /// The current spin budget in nanoseconds (see ``spin(after:)``).
     private let spinBudget = Atomic<Int>(ChannelDoorbell.maxSpin)
@@ -55,18 +36,20 @@ final class ChannelDoorbell: @unchecked Sendable {
     static let minSpin = 500
     static let probeInterval = 16
 
+    /// How long the thread keeps sleeping on the shared word after its last waiter left, so that
+    /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
+    static let linger: Duration = .milliseconds(50)
+
     init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
         self.memory = memory
         self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
         self.sleepers = memory.pointer.advanced(by: sleepers).assumingMemoryBound(to: UInt32.self)
-        self.threadName = threadName
-        idleWord.initialize(to: 0)
+        thread = KernelWaitThread(name: threadName, watching: .whileWaited(linger: Self.linger.nanoseconds), timedOut: Self.timedOut)
+        thread.attach(self)
     }
 
-    deinit { idleWord.deallocate() }
-
-    /// A ring adds `ringStep` to the word; a kick (which only makes the threads re-read their
-    /// deadlines) adds 1. Waiters compare the word divided by `ringStep`.
+    /// A ring adds `ringStep` to the word; the thread's own wake-ups (which only make the
+    /// threads re-read their deadlines) add 1. Waiters compare the word divided by `ringStep`.
     private static let ringStep: UInt32 = 256
 
     /// The doorbell's ring count: read it before checking the condition you will wait for.
@@ -112,12 +95,6 @@ final class ChannelDoorbell: @unchecked Sendable {
         return false
     }
 
-    /// Makes the sleeping threads re-read their deadlines, without waking any waiter.
-    private func kick() {
-        baton_add32(word, 1)
-        AddressWait.wakeAll(word)
-    }
-
     /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
     /// its condition), first spinning for a moment unless `spinning` is false (the caller spun).
     /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
@@ -128,52 +105,14 @@ final class ChannelDoorbell: @unchecked Sendable {
             throw Self.timedOut()
         }
         if spinning, spin(after: seen) { return }
-        let id = state.withLock { state -> UInt64 in
-            state.nextID &+= 1
-            return state.nextID
+        // Count as a possible sleeper before the last look at the word (see `ring`); the thread
+        // uncounts the wait however it ends (`endWaits`).
+        baton_add32(sleepers, 1)
+        if snapshot() != seen {
+            baton_sub32(sleepers, 1)
+            return
         }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let (outcome, start, wake, kick) = state.withLock { state -> (Result<Void, any Error>?, Bool, Bool, Bool) in
-                    if Task.isCancelled { return (.failure(CancellationError()), false, false, false) }
-                    // Count as a possible sleeper before the last look at the word (see `ring`).
-                    baton_add32(sleepers, 1)
-                    if snapshot() != seen {
-                        baton_sub32(sleepers, 1)
-                        return (.success(()), false, false, false)
-                    }
-                    state.waiters[id] = Waiter(seen: seen, deadline: deadline.instant, continuation: continuation)
-                    let start = !state.started
-                    state.started = true
-                    let wake = state.threadIdle
-                    state.threadIdle = false
-                    var kick = false
-                    if !start, !wake, let instant = deadline.instant, state.sleepingUntil.map({ instant < $0 }) ?? true {
-                        state.sleepingUntil = instant
-                        kick = true
-                    }
-                    return (nil, start, wake, kick)
-                }
-                if let outcome {
-                    continuation.resume(with: outcome)
-                    return
-                }
-                if start {
-                    KernelThread.spawn(name: threadName) { [self] in self.run() }
-                } else if wake {
-                    baton_add32(idleWord, 1)
-                    AddressWait.wakeAll(idleWord)
-                } else if kick {
-                    self.kick()
-                }
-            }
-        } onCancel: {
-            let continuation = state.withLock { $0.waiters.removeValue(forKey: id)?.continuation }
-            if let continuation {
-                baton_sub32(sleepers, 1)
-                continuation.resume(throwing: CancellationError())
-            }
-        }
+        try await thread.wait(after: seen, deadline: deadline.instant)
     }
 
     static func timedOut() -> BatonError {
@@ -181,73 +120,17 @@ final class ChannelDoorbell: @unchecked Sendable {
     }
 
     /// Stops the thread (the channel is going away).
-    func shutdown() {
-        let started = state.withLock { state -> Bool in
-            state.shutdown = true
-            return state.started
-        }
-        guard started else { return }
-        baton_add32(idleWord, 1)
-        AddressWait.wakeAll(idleWord)
-        ring()
+    func shutdown() { thread.shutdown() }
+
+    // MARK: KernelWaitSource
+
+    func prepareToSleep() -> KernelWaitWatch? {
+        let current = baton_load32(word)
+        return KernelWaitWatch(word: word, expected: current, generation: current / Self.ringStep, keepAlive: memory)
     }
 
-    /// How long the thread keeps sleeping on the shared word after its last waiter left, so that
-    /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
-    static let linger: Duration = .milliseconds(50)
-
-    private func run() {
-        var lingerUntil: ContinuousClock.Instant?
-        while true {
-            let idleSeen = baton_load32(idleWord)
-            let current = baton_load32(word)
-            let rings = current / Self.ringStep
-            let now = ContinuousClock.now
-            let (ready, expired, nearest, idle, shutdown) = state.withLock { state -> ([CheckedContinuation<Void, any Error>], [CheckedContinuation<Void, any Error>], ContinuousClock.Instant?, Bool, Bool) in
-                var ready: [CheckedContinuation<Void, any Error>] = []
-                var expired: [CheckedContinuation<Void, any Error>] = []
-                var nearest: ContinuousClock.Instant?
-                for (id, waiter) in state.waiters {
-                    if waiter.seen != rings {
-                        ready.append(waiter.continuation)
-                        state.waiters[id] = nil
-                    } else if let deadline = waiter.deadline {
-                        if deadline <= now {
-                            expired.append(waiter.continuation)
-                            state.waiters[id] = nil
-                        } else {
-                            nearest = nearest.map { min($0, deadline) } ?? deadline
-                        }
-                    }
-                }
-                if state.waiters.isEmpty {
-                    let until = lingerUntil ?? now.advanced(by: Self.linger)
-                    lingerUntil = until
-                    if until > now {
-                        // Linger: keep sleeping on the shared word until `until`.
-                        state.sleepingUntil = until
-                        state.threadIdle = false
-                        return (ready, expired, until, false, state.shutdown)
-                    }
-                } else {
-                    lingerUntil = nil
-                }
-                state.sleepingUntil = nearest
-                state.threadIdle = state.waiters.isEmpty && !state.shutdown
-                return (ready, expired, nearest, state.waiters.isEmpty, state.shutdown)
-            }
-            let resumed = ready.count + expired.count
-            if resumed > 0 { baton_sub32(sleepers, UInt32(resumed)) }
-            for continuation in ready { continuation.resume() }
-            for continuation in expired { continuation.resume(throwing: Self.timedOut()) }
-            if shutdown { return }
-            if idle {
-                lingerUntil = nil
-                _ = AddressWait.wait(on: idleWord, expecting: idleSeen, timeoutNanoseconds: -1)
-                continue
-            }
-            _ = AddressWait.wait(on: word, expecting: current, timeoutNanoseconds: AddressWait.timeout(until: nearest))
-        }
+    func endWaits(_ count: Int) {
+        baton_sub32(sleepers, UInt32(count))
     }
 }
 

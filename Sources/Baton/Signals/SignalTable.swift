@@ -30,10 +30,11 @@ import Synchronization
 /// The table holds nothing durable: when it fails its checks it is rebuilt (a new file renamed
 /// over the old one; the old one is marked retired so every process moves to the new one, and
 /// every observer gets one delivery because posts may have been missed).
-final class SignalTable: SignalBackend, @unchecked Sendable {
-    // @unchecked: all mutable state is in `state` (a Mutex); the mapped memory is shared with
-    // other processes and only touched through atomics (CBatonShims) or under `signals.lock`.
-    // `localWord` is private memory touched with atomics.
+final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
+    // @unchecked: all mutable state is in `state` (a Mutex), except `sleepingFlag`, which only
+    // the signal thread touches (set in `prepareToSleep`, cleared in `roundEnded`); the mapped
+    // memory is shared with other processes and only touched through atomics (CBatonShims) or
+    // under `signals.lock`.
 
     static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
     /// 3: entries are owned through owner tokens (2 used OFD locks).
@@ -69,8 +70,6 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         /// claimed with.
         var entry: Int?
         var entryToken: UInt64 = 0
-        /// The word the signal thread sleeps on (for ``wakeThread()``): nil while it runs.
-        var sleepingOn: SleepTarget?
         /// Observers of this process per interest bit.
         var bitCounts = [Int](repeating: 0, count: SignalTable.entryCount)
         /// While the container is suspended, the owner token is released (a suspended process
@@ -89,36 +88,23 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     }
 
     private let state: Mutex<State>
-    /// Process-local word: bumped when an observer registers (to wake an idle thread) and when a
-    /// job is queued for the thread's executor. The thread sleeps on it while idle; otherwise a
-    /// local wake also rings the shared word the thread sleeps on (its entry's doorbell), so one
-    /// wait covers both (no futex_waitv, which Apple platforms lack).
-    private let localWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
-    private let threadStarted = Atomic<Bool>(false)
+    /// The signal thread: sleeps on this process's entry doorbell (or the table's sequence word)
+    /// while anything is observed, on its private word otherwise. An observer's registration and
+    /// a job queued for its executor wake it (``KernelWaitThread/wake(start:)``), which rings the
+    /// word it sleeps on: one wait covers both.
+    private let thread = KernelWaitThread(name: "baton-signals")
+    /// The entry's "may sleep" word and its mapping, from the last look before a sleep until the
+    /// round ends (signal thread only).
+    private var sleepingFlag: (map: MappedFile, word: UnsafeMutablePointer<UInt32>)?
     /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
     private let jobs = Mutex<[UnownedJob]>([])
 
-    /// Where the signal thread sleeps.
-    enum SleepTarget: Equatable {
-        case local
-        case shared(MappedFile, offset: Int)
-        static func == (a: SleepTarget, b: SleepTarget) -> Bool {
-            switch (a, b) {
-            case (.local, .local): true
-            case (.shared(let x, let i), .shared(let y, let j)): x === y && i == j
-            default: false
-            }
-        }
-    }
-
     init(container: SharedContainer) throws {
         self.container = container
-        localWord.initialize(to: 0)
         state = Mutex(State(map: try Self.openValidTable(container)))
         threadExecutor.table = self
+        thread.attach(self)
     }
-
-    deinit { localWord.deallocate() }
 
     /// Runs `body` under the state's lock, then drops the observers it kept alive outside it.
     private func withState<R>(_ body: (inout State) throws -> R) rethrows -> R {
@@ -299,7 +285,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
             claimEntry(&state)
             if let entry = state.entry { baton_store64(entryInterest(state.map, entry), state.interest) }
         }
-        if threadStarted.load(ordering: .acquiring) { wakeThread() }
+        thread.wake(start: false)
     }
 
     private func entryWord(_ map: MappedFile, _ index: Int, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
@@ -489,7 +475,7 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
             state.observers[state.nextID] = Observed(observer: observer, slot: slot, lastSeen: baseline)
             return state.nextID
         }
-        wakeThread()
+        thread.wake()
         return Registration(table: self, id: id)
     }
 
@@ -517,67 +503,43 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
         }
     }
 
-    // MARK: The signal thread
+    // MARK: The signal thread (KernelWaitSource)
 
-    /// Starts the signal thread on first use, or wakes it: bumps the local word, then rings the
-    /// word the thread sleeps on (its entry's doorbell, the shared sequence, or the local word).
-    private func wakeThread() {
-        if threadStarted.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
-            KernelThread.spawn(name: "baton-signals") { [self] in self.run() }
-            return
+    /// One round of the signal thread (``KernelWaitThread``), before it sleeps: runs the queued
+    /// jobs, then says where to sleep: this process's entry doorbell (the table's sequence word
+    /// when no entry was free), or nothing while nothing is observed. In the same pass under the
+    /// lock it reads that word, says "may sleep" in the entry, then compares the observed
+    /// counters: a poster that misses the flag changed the doorbell after it was read here, so
+    /// the sleep ends at once. The deliveries (and the jobs they resume) run after the lock.
+    func prepareToSleep() -> KernelWaitWatch? {
+        _ = runJobs(on: jobExecutor)
+        typealias Plan = (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32)
+        let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64)]) in
+            try? followRetirement(&state) // a truncated table is extended before it is read
+            let idle = state.observers.isEmpty
+            let overflow = !idle && state.entry == nil
+            if overflow != state.countedAsWaiter {
+                if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
+                state.countedAsWaiter = overflow
+            }
+            if idle { return (nil, []) }
+            let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
+            let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
+            let seen = baton_load32(Self.word(state.map, offset))
+            if let sleeping { baton_store32(sleeping, 1) }
+            return ((state.map, offset, sleeping, seen), collectDeliveries(&state))
         }
-        baton_add32(localWord, 1)
-        let target = withState { $0.sleepingOn }
-        switch target {
-        case nil: break // running: it looks at the local word before it sleeps again
-        case .local: AddressWait.wakeAll(localWord)
-        case .shared(let map, let offset):
-            baton_add32(Self.word(map, offset), 1)
-            AddressWait.wakeAll(Self.word(map, offset))
-        }
+        guard let plan else { return nil }
+        if let sleeping = plan.sleeping { sleepingFlag = (plan.map, sleeping) }
+        for (observer, value) in deliveries { observer.deliver(state: value) }
+        _ = runJobs(on: jobExecutor)
+        return KernelWaitWatch(word: Self.word(plan.map, plan.offset), expected: plan.seen, generation: plan.seen, keepAlive: plan.map)
     }
 
-    /// One thread per process: sleeps on its entry's doorbell (or the table's sequence word)
-    /// while anything is observed, on `localWord` otherwise; on each wake, compares the observed
-    /// counters, then runs the jobs of tasks that prefer ``executor``.
-    private func run() {
-        let executor = threadExecutor.asUnownedTaskExecutor()
-        while true {
-            let localSeen = baton_load32(localWord)
-            if runJobs(on: executor) { continue }
-            let plan = withState { state -> (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32, idle: Bool) in
-                try? followRetirement(&state)
-                let idle = state.observers.isEmpty
-                let overflow = !idle && state.entry == nil
-                if overflow != state.countedAsWaiter {
-                    if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
-                    state.countedAsWaiter = overflow
-                }
-                let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
-                let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
-                // Published before the last look at the local word: a waker that bumped it
-                // after `localSeen` either sees this target and rings it, or bumped it before we
-                // look again below.
-                state.sleepingOn = idle ? .local : .shared(state.map, offset: offset)
-                return (state.map, offset, sleeping, baton_load32(Self.word(state.map, offset)), idle)
-            }
-            defer { withState { $0.sleepingOn = nil } }
-            if baton_load32(localWord) != localSeen { continue }
-            if plan.idle {
-                _ = AddressWait.wait(on: localWord, expecting: localSeen, timeoutNanoseconds: -1)
-                continue
-            }
-            withExtendedLifetime(plan.map) {
-                // Say "may sleep" before the last scan: a poster that misses the flag changed
-                // the doorbell after `seen` was read, so the wait returns at once.
-                if let sleeping = plan.sleeping { baton_store32(sleeping, 1) }
-                defer { if let sleeping = plan.sleeping { baton_store32(sleeping, 0) } }
-                scan()
-                if runJobs(on: executor) { return }
-                if baton_load32(localWord) != localSeen { return }
-                _ = AddressWait.wait(on: Self.word(plan.map, plan.offset), expecting: plan.seen, timeoutNanoseconds: -1)
-            }
-        }
+    func roundEnded() {
+        guard let flag = sleepingFlag else { return }
+        baton_store32(flag.word, 0)
+        sleepingFlag = nil
     }
 
     /// Runs every queued job; returns whether there were any.
@@ -593,37 +555,44 @@ final class SignalTable: SignalBackend, @unchecked Sendable {
     /// Queues a job for the signal thread.
     fileprivate func enqueue(_ job: UnownedJob) {
         jobs.withLock { $0.append(job) }
-        wakeThread()
+        thread.wake()
     }
 
     /// Runs tasks on the signal thread (see ``Signals/executor``).
     let threadExecutor = SignalThreadExecutor()
     var executor: any TaskExecutor { threadExecutor }
+    private var jobExecutor: UnownedTaskExecutor { threadExecutor.asUnownedTaskExecutor() }
 
     private func scan() {
         let deliveries = withState { state -> [(SignalObserver, UInt64)] in
-            var deliveries: [(SignalObserver, UInt64)] = []
             try? followRetirement(&state) // a truncated table is extended before it is read
-            for (id, var observed) in state.observers {
-                guard let observer = observed.observer else {
-                    baton_sub32(slotWord(state.map, observed.slot, 32), 1)
-                    dropInterest(&state, slot: observed.slot)
-                    state.observers[id] = nil
-                    continue
-                }
-                let counter = baton_load64(slotCounter(state.map, observed.slot))
-                if counter != observed.lastSeen {
-                    observed.lastSeen = counter
-                    state.observers[id] = observed
-                    deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
-                } else {
-                    // Its observation may end meanwhile: the last reference must die outside the lock.
-                    state.releasing.append(observer)
-                }
-            }
-            return deliveries
+            return collectDeliveries(&state)
         }
         for (observer, value) in deliveries { observer.deliver(state: value) }
+    }
+
+    /// Compares every observed counter with what its observer last saw (under the lock); the
+    /// caller delivers the result after the lock.
+    private func collectDeliveries(_ state: inout State) -> [(SignalObserver, UInt64)] {
+        var deliveries: [(SignalObserver, UInt64)] = []
+        for (id, var observed) in state.observers {
+            guard let observer = observed.observer else {
+                baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+                dropInterest(&state, slot: observed.slot)
+                state.observers[id] = nil
+                continue
+            }
+            let counter = baton_load64(slotCounter(state.map, observed.slot))
+            if counter != observed.lastSeen {
+                observed.lastSeen = counter
+                state.observers[id] = observed
+                deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
+            } else {
+                // Its observation may end meanwhile: the last reference must die outside the lock.
+                state.releasing.append(observer)
+            }
+        }
+        return deliveries
     }
 }
 

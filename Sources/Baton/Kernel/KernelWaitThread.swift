@@ -1,0 +1,250 @@
+import CBatonShims
+import Synchronization
+
+/// What a ``KernelWaitThread`` watches besides its deadlines: a word, usually in memory shared
+/// with other processes, that those processes ring (a channel doorbell, a signal-table entry).
+protocol KernelWaitSource: AnyObject, Sendable {
+    /// Called on the thread at the start of each round, never under the thread's lock: deliver
+    /// whatever arrived, then say which word to sleep on, read *before* the last look at the
+    /// state it guards (so a ring after that look ends the sleep at once); `nil` when there is
+    /// nothing to watch (the thread sleeps on its private word).
+    func prepareToSleep() -> KernelWaitWatch?
+    /// Called on the thread after each round, whether it slept or not.
+    func roundEnded()
+    /// `count` waits that watched the word ended (became ready, timed out, were cancelled or
+    /// abandoned), so the source can uncount them where the ringers look. Any thread.
+    func endWaits(_ count: Int)
+}
+
+extension KernelWaitSource {
+    func roundEnded() {}
+    func endWaits(_ count: Int) {}
+}
+
+/// A word for a ``KernelWaitThread`` to sleep on, as its source saw it.
+struct KernelWaitWatch: @unchecked Sendable {
+    // @unchecked: `word` points into memory that `keepAlive` keeps mapped; it is only touched
+    // with atomics and ``AddressWait``.
+    /// The word.
+    var word: UnsafeMutablePointer<UInt32>
+    /// Its value when the source last looked: the sleep ends at once if it moved since.
+    var expected: UInt32
+    /// What a waiting task's `seen` is compared with (a channel doorbell's ring count).
+    var generation: UInt32
+    /// What keeps `word` mapped while the thread sleeps on it (and a waker rings it).
+    var keepAlive: AnyObject?
+}
+
+/// A thread that sleeps in the kernel on one word at a time (``AddressWait``: futex on Linux,
+/// `os_sync_wait_on_address` on Apple platforms) and ends the waits registered with it: each
+/// one when its source's word moves past the generation it saw, at its deadline, or when its
+/// task is cancelled. The one copy of that loop in the library; its clients:
+///
+/// - ``DeadlineTimer``: the process's timer, with no source (it sleeps on its private word
+///   until the nearest deadline) and callbacks instead of tasks;
+/// - ``ChannelDoorbell``: one thread per doorbell word of a channel, watching the word while
+///   tasks wait on it (and lingering a moment after), resuming them when it is rung;
+/// - ``SignalTable``: the process's signal thread, watching its entry's doorbell while anything
+///   is observed, delivering on each wake-up and running the tasks that prefer it.
+///
+/// Waiting tasks never park a thread: they suspend on a continuation, registered with its
+/// deadline in ``KernelWaitState`` (the rules, pure and tested on their own). No timer task,
+/// no polling: deadlines are the thread's wait timeouts. The thread sleeps on its source's
+/// shared word, or on a private word when there is nothing to watch. Whoever needs it to look
+/// again (an earlier deadline, a first watcher while it sleeps on its private word, a change of
+/// the source's state: ``wake(start:)``) bumps the private word and, when it sleeps on the
+/// shared word, rings that word too (by a step that is not a ring of the source), so one sleep
+/// covers both without waiting on two words (`futex_waitv`, which Apple platforms lack). The
+/// thread reads the private word before its round and checks it again after it published where
+/// it sleeps: a wake is never lost between the two.
+final class KernelWaitThread: @unchecked Sendable {
+    // @unchecked: everything mutable is in `state` (a Mutex), including the weak `source`;
+    // `privateWord` is private memory touched only with atomics and ``AddressWait``.
+
+    /// What a wait ends with.
+    enum Resumption: Sendable {
+        /// A suspended task: resumed normally when ready, with the thread's timed-out error at
+        /// its deadline, with `CancellationError` when cancelled or abandoned.
+        case task(CheckedContinuation<Void, any Error>)
+        /// Called on the thread at the deadline; dropped when cancelled or abandoned.
+        case callback(@Sendable () -> Void)
+    }
+
+    private struct Locked {
+        var machine: KernelWaitState<Resumption, KernelWaitWatch>
+        weak var source: (any KernelWaitSource)?
+    }
+
+    private let name: String
+    private let timedOut: @Sendable () -> any Error
+    private let state: Mutex<Locked>
+    private let privateWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    /// Wait ids, taken before the wait registers (its cancellation handler may run first).
+    private let nextID = Atomic<UInt64>(0)
+
+    /// - Parameters:
+    ///   - name: The OS thread's name (`baton-…`).
+    ///   - watching: When the thread sleeps on its source's word (see ``KernelWaitState/Watching``).
+    ///   - timedOut: The error a task's wait throws at its deadline.
+    init(name: String, watching: KernelWaitState<Resumption, KernelWaitWatch>.Watching = .always,
+         timedOut: @escaping @Sendable () -> any Error = { BatonError(.timedOut, "the deadline passed before the awaited event") }) {
+        self.name = name
+        self.timedOut = timedOut
+        state = Mutex(Locked(machine: KernelWaitState(watching: watching)))
+        privateWord.initialize(to: 0)
+    }
+
+    deinit { privateWord.deallocate() }
+
+    /// Sets the source whose word the thread watches (held weakly: the source owns the
+    /// thread). Call once, before the first wait or wake.
+    func attach(_ source: any KernelWaitSource) {
+        state.withLock { $0.source = source }
+    }
+
+    // MARK: Time
+
+    /// The origin of the thread's times: they are nanoseconds since this instant of the
+    /// continuous clock, plain `Int64`s that the rounds compare without the clock's types.
+    private static let origin = ContinuousClock.now
+
+    /// `instant` as nanoseconds since ``origin``.
+    static func time(_ instant: ContinuousClock.Instant) -> Int64 { (instant - origin).nanoseconds }
+
+    /// Now, as nanoseconds since ``origin``.
+    static func now() -> Int64 { time(.now) }
+
+    /// The timeout of a sleep until `time` (`nil`: none).
+    private static func timeout(until time: Int64?) -> Int64 {
+        guard let time else { return -1 }
+        return max(0, time &- now())
+    }
+
+    // MARK: Waiting
+
+    /// Suspends the task until the source's generation differs from `seen` (when given; the
+    /// caller has counted the wait where the ringers look, and the source's ``KernelWaitSource/endWaits(_:)``
+    /// uncounts it however it ends), until `deadline`, or until the task is cancelled.
+    /// - Throws: The thread's timed-out error at the deadline; `CancellationError` when the task
+    ///   is cancelled (or the thread was shut down).
+    func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let admission = state.withLock { locked -> KernelWaitState<Resumption, KernelWaitWatch>.Admission? in
+                    if Task.isCancelled { return nil }
+                    return locked.machine.add(id: id, seen: seen, deadline: deadline.map(Self.time), resumption: .task(continuation))
+                }
+                guard case .registered(let wake)? = admission else {
+                    if seen != nil { endWaits(1) }
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                perform(wake)
+            }
+        } onCancel: {
+            cancel(id)
+        }
+    }
+
+    /// Calls `fire` on the thread at `when`, unless ``cancel(_:)`` comes first.
+    /// - Returns: The id to cancel it with.
+    @discardableResult
+    func schedule(at when: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        let time = Self.time(when)
+        let admission = state.withLock { $0.machine.add(id: id, seen: nil, deadline: time, resumption: .callback(fire)) }
+        if case .registered(let wake) = admission { perform(wake) }
+        return id
+    }
+
+    /// Ends a wait or a scheduled callback that has not ended: a task is resumed with
+    /// `CancellationError`, a callback is dropped. Harmless when it already ended.
+    func cancel(_ id: UInt64) {
+        guard let removed = state.withLock({ $0.machine.remove(id) }) else { return }
+        if removed.watched { endWaits(1) }
+        if case .task(let continuation) = removed.resumption { continuation.resume(throwing: CancellationError()) }
+    }
+
+    /// Makes the thread go round once more (its source has something new: an observer, a job),
+    /// starting it if `start` and it has not started.
+    func wake(start: Bool = true) {
+        baton_add32(privateWord, 1)
+        perform(state.withLock { $0.machine.wake(start: start) })
+    }
+
+    /// Stops the thread after its current round (its source is going away); waits still
+    /// registered then end with `CancellationError`.
+    func shutdown() {
+        baton_add32(privateWord, 1)
+        perform(state.withLock { $0.machine.shutdown() })
+    }
+
+    /// How many waits and scheduled callbacks are registered now (for tests and diagnostics).
+    var registered: Int { state.withLock { $0.machine.waiters.count } }
+
+    private func endWaits(_ count: Int) {
+        state.withLock { $0.source }?.endWaits(count)
+    }
+
+    private func perform(_ wake: KernelWaitState<Resumption, KernelWaitWatch>.Wake) {
+        switch wake {
+        case .none:
+            break
+        case .start:
+            KernelThread.spawn(name: name) { [self] in run() }
+        case .privateWord:
+            baton_add32(privateWord, 1)
+            AddressWait.wakeOne(privateWord)
+        case .sharedWord(let watch):
+            withExtendedLifetime(watch.keepAlive) {
+                baton_add32(watch.word, 1)
+                AddressWait.wakeAll(watch.word)
+            }
+        }
+    }
+
+    // MARK: The thread
+
+    private func run() {
+        // Held strongly while the thread runs (the source owns this object, not the reverse).
+        let source = state.withLock { $0.source }
+        while true {
+            let privateSeen = baton_load32(privateWord)
+            let watch = source?.prepareToSleep()
+            let round = state.withLock { $0.machine.round(watch: watch.map { ($0, $0.generation) }, clock: Self.now) }
+            if round.endedWatches > 0 { source?.endWaits(round.endedWatches) }
+            for (resumption, ending) in round.ended {
+                switch (resumption, ending) {
+                case (.task(let continuation), .ready): continuation.resume()
+                case (.task(let continuation), .expired): continuation.resume(throwing: timedOut())
+                case (.task(let continuation), .abandoned): continuation.resume(throwing: CancellationError())
+                case (.callback(let fire), .expired): fire()
+                case (.callback, _): break // never ready (no `seen`); dropped when abandoned
+                }
+            }
+            if round.sleep == .exit {
+                source?.roundEnded()
+                return
+            }
+            // A wake after `privateSeen` either found the place published above and rang it, or
+            // bumped the private word before this look.
+            if baton_load32(privateWord) == privateSeen {
+                switch round.sleep {
+                case .exit:
+                    break
+                case .privateWord(let until):
+                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: Self.timeout(until: until))
+                case .sharedWord(let until):
+                    if let watch {
+                        withExtendedLifetime(watch.keepAlive) {
+                            _ = AddressWait.wait(on: watch.word, expecting: watch.expected, timeoutNanoseconds: Self.timeout(until: until))
+                        }
+                    }
+                }
+            }
+            source?.roundEnded()
+            state.withLock { $0.machine.woke() }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+@testable import Baton
+import CBatonShims
+import Synchronization
+import Testing
+
+/// The one kernel-wait thread (`KernelWaitThread`) behind channel doorbells, the signal thread
+/// and the deadline timer: its rules on their own (`KernelWaitState`, no threads), then one
+/// thread with many waits at once, each ending at its own deadline, on its own ring, or by its
+/// own cancellation.
+@Suite("Kernel-wait thread")
+struct KernelWaitThreadTests {
+    typealias Machine = KernelWaitState<String, String>
+
+    /// A time of the state machine: `milliseconds` in nanoseconds.
+    private static func at(_ milliseconds: Int64) -> Int64 { milliseconds * 1_000_000 }
+
+    // MARK: The rules (pure)
+
+    @Test("each wait ends on its own: ready when the generation moved past what it saw, expired at its own deadline, the rest stay")
+    func roundEndsOnlyWhatIsDue() {
+        var machine = Machine(watching: .always)
+        _ = machine.add(id: 1, seen: 5, deadline: nil, resumption: "rung")
+        _ = machine.add(id: 2, seen: 6, deadline: Self.at(100), resumption: "current")
+        _ = machine.add(id: 3, seen: nil, deadline: Self.at(50), resumption: "due")
+        _ = machine.add(id: 4, seen: nil, deadline: Self.at(300), resumption: "later")
+        let round = machine.round(watch: ("word", 6), clock: { Self.at(60) })
+        #expect(round.ready == ["rung"])
+        #expect(round.expired == ["due"])
+        #expect(round.endedWatches == 1)
+        #expect(Set(machine.waiters.keys) == [2, 4])
+        #expect(machine.watchers == 1)
+        // It sleeps on the shared word until the nearest deadline left, not the ones that ended.
+        #expect(round.sleep == .sharedWord(until: Self.at(100)))
+        machine.woke()
+        let next = machine.round(watch: ("word", 6), clock: { Self.at(100) })
+        #expect(next.expired == ["current"])
+        #expect(next.sleep == .sharedWord(until: Self.at(300)))
+    }
+
+    @Test("a wait wakes the sleeping thread only when it must: a first start, an earlier deadline, a watcher while it sleeps on its private word")
+    func wakesOnlyWhenNeeded() {
+        var machine = Machine(watching: .always)
+        guard case .registered(.start) = machine.add(id: 1, seen: nil, deadline: Self.at(200), resumption: "a") else {
+            Issue.record("the first wait must start the thread")
+            return
+        }
+        // No word to watch: the private word, until the deadline.
+        #expect(machine.round(watch: nil, clock: { Self.at(0) }).sleep == .privateWord(until: Self.at(200)))
+        guard case .registered(.none) = machine.add(id: 2, seen: nil, deadline: Self.at(300), resumption: "later") else {
+            Issue.record("a later deadline must not wake the thread")
+            return
+        }
+        guard case .registered(.privateWord) = machine.add(id: 3, seen: nil, deadline: Self.at(100), resumption: "earlier") else {
+            Issue.record("an earlier deadline must wake the thread")
+            return
+        }
+        // Woken already (running): the next wait needs no second wake-up.
+        guard case .registered(.none) = machine.add(id: 4, seen: nil, deadline: Self.at(10), resumption: "earliest") else {
+            Issue.record("a running thread looks at every wait before it sleeps")
+            return
+        }
+        machine.woke()
+        #expect(machine.round(watch: nil, clock: { Self.at(20) }).expired == ["earliest"])
+        guard case .registered(.privateWord) = machine.add(id: 5, seen: 0, deadline: nil, resumption: "watcher") else {
+            Issue.record("a watcher must move the thread to the shared word")
+            return
+        }
+        machine.woke()
+        #expect(machine.round(watch: ("word", 0), clock: { Self.at(30) }).sleep == .sharedWord(until: Self.at(100)))
+        guard case .registered(.sharedWord("word")) = machine.add(id: 6, seen: 0, deadline: Self.at(40), resumption: "soon") else {
+            Issue.record("an earlier deadline rings the shared word the thread sleeps on")
+            return
+        }
+    }
+
+    @Test("a round reads the clock only when a wait has a deadline or the thread lingers (a signal thread's rounds never do)")
+    func clockOnlyWhenNeeded() {
+        var machine = Machine(watching: .always)
+        _ = machine.add(id: 1, seen: 0, deadline: nil, resumption: "a")
+        let round = machine.round(watch: ("word", 0), clock: {
+            Issue.record("the clock was read")
+            return 0
+        })
+        #expect(round.sleep == .sharedWord(until: nil))
+    }
+
+    @Test("a removed (cancelled) wait never ends again; the others stay")
+    func removedWaitIsGone() {
+        var machine = Machine(watching: .always)
+        _ = machine.add(id: 1, seen: 0, deadline: Self.at(50), resumption: "cancelled")
+        _ = machine.add(id: 2, seen: 0, deadline: Self.at(50), resumption: "kept")
+        let removed = machine.remove(1)
+        #expect(removed?.resumption == "cancelled")
+        #expect(removed?.watched == true)
+        #expect(machine.remove(1) == nil)
+        #expect(machine.watchers == 1)
+        let round = machine.round(watch: ("word", 1), clock: { Self.at(60) })
+        #expect(round.ready == ["kept"])
+        #expect(round.expired.isEmpty)
+    }
+
+    @Test("a doorbell thread lingers on the shared word after its last watcher, then sleeps on its private word")
+    func lingersThenIdles() {
+        var machine = Machine(watching: .whileWaited(linger: Self.at(50)))
+        _ = machine.add(id: 1, seen: 0, deadline: nil, resumption: "a")
+        #expect(machine.round(watch: ("word", 0), clock: { Self.at(0) }).sleep == .sharedWord(until: nil))
+        machine.woke()
+        let rung = machine.round(watch: ("word", 1), clock: { Self.at(10) })
+        #expect(rung.ready == ["a"])
+        #expect(rung.sleep == .sharedWord(until: Self.at(60)))
+        machine.woke()
+        #expect(machine.round(watch: ("word", 1), clock: { Self.at(30) }).sleep == .sharedWord(until: Self.at(60)))
+        machine.woke()
+        #expect(machine.round(watch: ("word", 1), clock: { Self.at(60) }).sleep == .privateWord(until: nil))
+        guard case .registered(.privateWord) = machine.add(id: 2, seen: 1, deadline: nil, resumption: "b") else {
+            Issue.record("a watcher must wake a thread that sleeps on its private word")
+            return
+        }
+    }
+
+    @Test("shutdown abandons the waits left and refuses new ones")
+    func shutdownAbandons() {
+        var machine = Machine(watching: .always)
+        _ = machine.add(id: 1, seen: 0, deadline: nil, resumption: "left")
+        _ = machine.round(watch: ("word", 0), clock: { Self.at(0) })
+        guard case .sharedWord("word") = machine.shutdown() else {
+            Issue.record("shutdown must wake the sleeping thread")
+            return
+        }
+        let round = machine.round(watch: ("word", 0), clock: { Self.at(1) })
+        #expect(round.abandoned == ["left"])
+        #expect(round.endedWatches == 1)
+        #expect(round.sleep == .exit)
+        guard case .refused = machine.add(id: 2, seen: nil, deadline: nil, resumption: "late") else {
+            Issue.record("a stopped thread must refuse waits")
+            return
+        }
+    }
+
+    // MARK: One thread, many waits
+
+    /// A word in private memory rung like a channel doorbell (generation = value / 256).
+    final class TestBell: KernelWaitSource, @unchecked Sendable {
+        // @unchecked: `word` and `sleepers` are touched only with atomics.
+        let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 2)
+        var sleepers: UnsafeMutablePointer<UInt32> { word + 1 }
+        let thread = KernelWaitThread(name: "baton-test-wait", watching: .whileWaited(linger: 20_000_000))
+
+        init() {
+            word.initialize(repeating: 0, count: 2)
+            thread.attach(self)
+        }
+
+        deinit { word.deallocate() }
+
+        var generation: UInt32 { baton_load32(word) / 256 }
+
+        func ring() {
+            baton_add32(word, 256)
+            AddressWait.wakeAll(word)
+        }
+
+        func wait(after seen: UInt32, deadline: Deadline) async throws {
+            baton_add32(sleepers, 1)
+            try await thread.wait(after: seen, deadline: deadline.instant)
+        }
+
+        func prepareToSleep() -> KernelWaitWatch? {
+            let current = baton_load32(word)
+            return KernelWaitWatch(word: word, expected: current, generation: current / 256, keepAlive: nil)
+        }
+
+        func endWaits(_ count: Int) { baton_sub32(sleepers, UInt32(count)) }
+    }
+
+    enum Ending: Equatable { case rung, timedOut, cancelled, other }
+
+    static func ending(_ body: () async throws -> Void) async -> (Ending, Duration) {
+        let start = ContinuousClock.now
+        do {
+            try await body()
+            return (.rung, ContinuousClock.now - start)
+        } catch let error as BatonError where error.code == .timedOut {
+            return (.timedOut, ContinuousClock.now - start)
+        } catch is CancellationError {
+            return (.cancelled, ContinuousClock.now - start)
+        } catch {
+            return (.other, ContinuousClock.now - start)
+        }
+    }
+
+    @Test("many waits on one thread: each times out at its own deadline, the others wake on the ring, a cancelled one leaves the rest waiting")
+    func manyWaitsOnOneThread() async throws {
+        let bell = TestBell()
+        let seen = bell.generation
+        let deadlines: [Int] = [100, 250, 400, 550]
+        let timed = deadlines.map { milliseconds in
+            Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.milliseconds(milliseconds))) } }
+        }
+        let ringers = (0..<4).map { _ in Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.seconds(120))) } } }
+        let cancelled = Task { await Self.ending { try await bell.wait(after: seen, deadline: .never) } }
+        // A broken thread fails this test instead of hanging it.
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(90))
+            for task in timed + ringers + [cancelled] { task.cancel() }
+        }
+        defer { watchdog.cancel() }
+        // Every wait has registered (counted itself) before anything ends.
+        let start = ContinuousClock.now
+        while baton_load32(bell.sleepers) < UInt32(deadlines.count + ringers.count + 1), ContinuousClock.now - start < .seconds(30) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try #require(bell.thread.registered == deadlines.count + ringers.count + 1)
+        cancelled.cancel()
+        let (cancelledEnding, cancelledAfter) = await cancelled.value
+        #expect(cancelledEnding == .cancelled)
+        #expect(cancelledAfter < .seconds(30))
+        // The cancellation ended that wait alone: the others are still registered (a wait
+        // dropped here would never be resumed, so stop rather than hang).
+        try #require(bell.thread.registered == deadlines.count + ringers.count)
+
+        // The waits with deadlines end one by one, each at its own deadline, never before it.
+        for (task, milliseconds) in zip(timed, deadlines) {
+            let (ending, elapsed) = await task.value
+            #expect(ending == .timedOut)
+            #expect(elapsed >= .milliseconds(milliseconds))
+            #expect(elapsed < .milliseconds(milliseconds) + .seconds(30))
+        }
+        // The cancellation and the deadlines woke none of the waits for the ring.
+        #expect(baton_load32(bell.sleepers) == UInt32(ringers.count))
+        try #require(bell.thread.registered == ringers.count)
+        bell.ring()
+        for task in ringers {
+            let (ending, elapsed) = await task.value
+            #expect(ending == .rung)
+            #expect(elapsed < .seconds(60))
+        }
+        #expect(baton_load32(bell.sleepers) == 0)
+        bell.thread.shutdown()
+    }
+
+    @Test("a wait whose generation moved before it registered ends at once; a wait on an older ring is not woken by a kick")
+    func generationsAndKicks() async throws {
+        let bell = TestBell()
+        let old = bell.generation
+        bell.ring()
+        let (stale, _) = await Self.ending { try await bell.wait(after: old, deadline: .after(.seconds(60))) }
+        #expect(stale == .rung)
+        let current = bell.generation
+        let waiting = Task { await Self.ending { try await bell.wait(after: current, deadline: .after(.milliseconds(300))) } }
+        let start = ContinuousClock.now
+        while baton_load32(bell.sleepers) < 1, ContinuousClock.now - start < .seconds(30) { try await Task.sleep(for: .milliseconds(5)) }
+        // A wake of the thread (an earlier deadline elsewhere, a source change) is not a ring.
+        bell.thread.wake()
+        _ = bell.thread.schedule(at: .now + .milliseconds(20)) {}
+        let (ending, elapsed) = await waiting.value
+        #expect(ending == .timedOut)
+        #expect(elapsed >= .milliseconds(300))
+        bell.thread.shutdown()
+    }
+
+    @Test("scheduled callbacks fire at their own deadlines in order; a cancelled one never fires")
+    func callbacksAtDeadlines() async throws {
+        let thread = KernelWaitThread(name: "baton-test-timer")
+        let fired = Mutex<[(Int, ContinuousClock.Instant)]>([])
+        let start = ContinuousClock.now
+        // Scheduled latest first: each earlier one must wake the thread again.
+        for milliseconds in [300, 200, 100] {
+            thread.schedule(at: start + .milliseconds(milliseconds)) { fired.withLock { $0.append((milliseconds, .now)) } }
+        }
+        let dropped = thread.schedule(at: start + .milliseconds(150)) { fired.withLock { $0.append((150, .now)) } }
+        thread.cancel(dropped)
+        while fired.withLock({ $0.count }) < 3, ContinuousClock.now - start < .seconds(60) { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .milliseconds(100))
+        let result = fired.withLock { $0 }
+        #expect(result.map(\.0) == [100, 200, 300])
+        for (milliseconds, when) in result { #expect(when - start >= .milliseconds(milliseconds)) }
+        thread.shutdown()
+    }
+}
