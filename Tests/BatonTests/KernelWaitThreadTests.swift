@@ -193,7 +193,9 @@ struct KernelWaitThreadTests {
     func manyWaitsOnOneThread() async throws {
         let bell = TestBell()
         let seen = bell.generation
-        let deadlines: [Int] = [100, 250, 400, 550]
+        // Seconds apart from the registrations below, which a loaded machine (a full test run
+        // beside a release build) stretched past 100 ms.
+        let deadlines: [Int] = [3_000, 3_250, 3_500, 3_750]
         let timed = deadlines.map { milliseconds in
             Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.milliseconds(milliseconds))) } }
         }

@@ -32,7 +32,7 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// How many waits have spun (for the periodic full-budget probe).
     private let spinCount = Atomic<Int>(0)
     /// The longest a waiter watches the word before it suspends (ns), and the shortest budget.
-    static let maxSpin = 16_000
+    static let maxSpin = 64_000
     static let minSpin = 500
     static let probeInterval = 16
 
