@@ -193,9 +193,9 @@ struct KernelWaitThreadTests {
     func manyWaitsOnOneThread() async throws {
         let bell = TestBell()
         let seen = bell.generation
-        // Seconds apart from the registrations below, which a loaded machine (a full test run
-        // beside a release build) stretched past 100 ms.
-        let deadlines: [Int] = [3_000, 3_250, 3_500, 3_750]
+        // Far from the registrations below: in a full parallel run on two cores, tests that
+        // block pool threads delayed these tasks' start by several seconds (3 s was too short).
+        let deadlines: [Int] = [20_000, 20_250, 20_500, 20_750]
         let timed = deadlines.map { milliseconds in
             Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.milliseconds(milliseconds))) } }
         }
