@@ -282,8 +282,10 @@ struct GRDBNativeTests {
             return gaps
         }
         #expect(try await count(database) == 6)
-        // Woken when the turn is handed on, not after a sleep of up to 50 ms.
+        // Woken when the turn is handed on, not after a sleep: SQLite's own handler, 300 ms into
+        // its wait, sleeps 50-100 ms a step. (45 ms, not 20: a loaded CI run measured 20.7 ms
+        // for a woken writer.)
         let median = gaps.sorted()[1]
-        #expect(median < 20, "commit to the waiting pool write: \(gaps) ms")
+        #expect(median < 45, "commit to the waiting pool write: \(gaps) ms")
     }
 }
