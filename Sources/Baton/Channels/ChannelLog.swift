@@ -63,9 +63,13 @@ final class ChannelLog: @unchecked Sendable {
     /// The header words the seal copies: every one changes only under the lock.
     static let sealedFields = [oHead, oTail, oDataSize, oReady, oTaken, oNextTake, oEpoch]
 
+    /// A file's `fd` is the number of ``descriptor``, borrowed for system calls while the log
+    /// lives; never close it.
     enum Storage { case file(fd: Int32, relativePath: String, absolutePath: String), memory }
 
     let storage: Storage
+    /// The channel file's descriptor (`nil` in process), closed once, when the log goes.
+    private let descriptor: FileDescriptor?
     let capacity: ChannelCapacity
     let name: String
     let readable: ChannelDoorbell
@@ -95,6 +99,7 @@ final class ChannelLog: @unchecked Sendable {
         self.capacity = capacity.normalized
         self.name = "(in-process)"
         self.storage = .memory
+        self.descriptor = nil
         self.container = nil
         headerMemory = ChannelHeaderMemory(allocating: Self.headerSize)
         header = headerMemory.pointer
@@ -115,8 +120,8 @@ final class ChannelLog: @unchecked Sendable {
         try container.makeDirectory(Self.directoryName)
         let waiters = try ChannelWaiterTable.shared(for: container)
         let relativePath = Self.directoryName + "/" + name
-        // Owned by `storage` once the channel is open (closed in `release()`); until then a throw
-        // closes it.
+        // Owned by `descriptor` once the channel is open (closed when the log goes); until then a
+        // throw closes it.
         let file = try container.openDescriptor(relativePath, flags: O_RDWR | O_CREAT)
         let fd = file.rawValue
         var headerMemory: ChannelHeaderMemory?
@@ -170,7 +175,8 @@ final class ChannelLog: @unchecked Sendable {
         self.container = container
         self.owners = container.owners
         self.waiters = waiters
-        self.storage = .file(fd: file.release(), relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
+        self.storage = .file(fd: fd, relativePath: relativePath, absolutePath: container.absolutePath(relativePath))
+        self.descriptor = consume file
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
         readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
@@ -205,9 +211,9 @@ final class ChannelLog: @unchecked Sendable {
         switch storage {
         case .memory:
             data.deallocate()
-        case .file(let fd, _, _):
+        case .file:
             if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
-            Sys.close(fd)
+            // `descriptor` closes itself after this.
         }
     }
 

@@ -21,12 +21,15 @@ package final class OwnerTokens: Sendable {
     static let directoryName = "owners"
 
     /// A descriptor of `.baton` of its own, and the directory's path.
-    private let directory: Int32
+    private let directoryDescriptor: FileDescriptor
+    /// ``directoryDescriptor``'s number, borrowed for a system call while this object lives.
+    private var directory: Int32 { directoryDescriptor.rawValue }
     private let batonPath: String
     private let fileMode: mode_t
-    private struct State {
+    private struct State: ~Copyable {
         var token: UInt64?
-        var fd: Int32 = -1
+        /// The token's file, locked exclusively while the token is this process's.
+        var file: FileDescriptor?
         var suspended = false
     }
     private let state = Mutex(State())
@@ -45,15 +48,14 @@ package final class OwnerTokens: Sendable {
     ///   - batonPath: Its path.
     ///   - fileMode: The mode of the files created.
     init(directory: Int32, batonPath: String, fileMode: mode_t) throws {
-        self.directory = try Sys.retrying("dup") { baton_fcntl_int(directory, F_DUPFD_CLOEXEC, 0) }.get("keeping \(batonPath) open")
+        self.directoryDescriptor = FileDescriptor(adopting: try Sys.retrying("dup") { baton_fcntl_int(directory, F_DUPFD_CLOEXEC, 0) }.get("keeping \(batonPath) open"))
         self.batonPath = batonPath
         self.fileMode = fileMode
     }
 
     deinit {
-        let fd = state.withLock { $0.fd }
-        if fd >= 0 { Sys.unlockAndClose(fd) }
-        Sys.close(directory)
+        // Unlocked before it closes (the directory's descriptor closes itself after this).
+        state.withLock { $0.file.take() }?.unlockAndClose()
     }
 
     // MARK: This process's token
@@ -106,29 +108,36 @@ package final class OwnerTokens: Sendable {
             // Created under a temporary name, locked, then renamed into place: a sweep never
             // sees the file unlocked.
             let temporary = Self.directoryName + "/.new-" + Self.name(token)
-            let fd = try Sys.openat(directory, temporary, O_RDWR | O_CREAT | O_EXCL, fileMode).get("creating the owner token \(temporary)")
+            let file = FileDescriptor(adopting: try Sys.openat(directory, temporary, O_RDWR | O_CREAT | O_EXCL, fileMode).get("creating the owner token \(temporary)"))
+            let installed: Bool
             do {
-                guard try Sys.tryFlock(fd, LOCK_EX).get("locking the owner token \(temporary)") else {
-                    throw BatonError(.lockingNotSupported, "a new owner token file could not be locked")
-                }
-                switch Sys.fstatat(directory, Self.path(token)) {
-                case .success:
-                    _ = Sys.unlinkat(directory, temporary)
-                    Sys.unlockAndClose(fd)
-                    continue // taken already (one in 2^63): draw again
-                case .failure: break
-                }
-                try Sys.renameat(directory, temporary, directory, Self.path(token)).get("installing the owner token \(Self.path(token))")
+                installed = try install(file.rawValue, token: token, temporary: temporary)
             } catch {
                 _ = Sys.unlinkat(directory, temporary)
-                Sys.unlockAndClose(fd)
+                file.unlockAndClose()
                 throw error
             }
+            guard installed else {
+                _ = Sys.unlinkat(directory, temporary)
+                file.unlockAndClose()
+                continue // taken already (one in 2^63): draw again
+            }
             state.token = token
-            state.fd = fd
+            state.file = consume file
             cached.store(token, ordering: .releasing)
             return (token, true)
         }
+    }
+
+    /// Locks the new token file `fd` (at `temporary`) and renames it into place; `false` when
+    /// the token is taken already.
+    private func install(_ fd: Int32, token: UInt64, temporary: String) throws -> Bool {
+        guard try Sys.tryFlock(fd, LOCK_EX).get("locking the owner token \(temporary)") else {
+            throw BatonError(.lockingNotSupported, "a new owner token file could not be locked")
+        }
+        if case .success = Sys.fstatat(directory, Self.path(token)) { return false }
+        try Sys.renameat(directory, temporary, directory, Self.path(token)).get("installing the owner token \(Self.path(token))")
+        return true
     }
 
     static func name(_ token: UInt64) -> String {
@@ -146,34 +155,32 @@ package final class OwnerTokens: Sendable {
         if token == 0 { return false }
         if cached.load(ordering: .acquiring) == token { return true }
         let path = Self.path(token)
-        let fd: Int32
+        let file: FileDescriptor
         // Non-blocking and without following links: a FIFO planted in the token's place must not
         // block the open, and a link is not a token.
         switch Sys.openat(directory, path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW) {
-        case .success(let value): fd = value
+        case .success(let value): file = FileDescriptor(adopting: value)
         case .failure(let error) where error.errno == ELOOP:
             _ = Sys.unlinkat(directory, path)
             return false
         case .failure(let error): return error.errno != ENOENT && error.errno != ENOTDIR
         }
-        guard case .success(let info) = Sys.fstat(fd), info.st_mode & S_IFMT == S_IFREG else {
+        guard case .success(let info) = Sys.fstat(file.rawValue), info.st_mode & S_IFMT == S_IFREG else {
             // Not a file a process could hold (a FIFO, a directory...): nobody's token.
-            Sys.close(fd)
+            file.close()
             _ = Sys.unlinkat(directory, path)
             return false
         }
-        switch Sys.tryFlock(fd, LOCK_SH) {
+        switch Sys.tryFlock(file.rawValue, LOCK_SH) {
         case .success(false):
-            Sys.close(fd)
             return true
         case .success(true):
             // Nobody holds it: its process died or was suspended. Remove the file (its id is
             // never drawn again while it exists, and a resumed process takes a new one).
             _ = Sys.unlinkat(directory, path)
-            Sys.unlockAndClose(fd)
+            file.unlockAndClose()
             return false
         case .failure:
-            Sys.close(fd)
             return true
         }
     }
@@ -195,8 +202,9 @@ package final class OwnerTokens: Sendable {
             KernelThread.spawn(name: "baton-owner-gone") {
                 defer { following.store(false, ordering: .releasing) }
                 guard case .success(let fd) = Sys.open(path, O_RDONLY | O_NOFOLLOW) else { return callback() }
-                _ = Sys.flock(fd, LOCK_SH)
-                Sys.unlockAndClose(fd)
+                let file = FileDescriptor(adopting: fd)
+                _ = Sys.flock(file.rawValue, LOCK_SH)
+                file.unlockAndClose()
                 callback()
             }
         }
@@ -231,11 +239,10 @@ package final class OwnerTokens: Sendable {
             let seen = sectionsEnded.snapshot()
             if inside.load(ordering: .sequentiallyConsistent) == 0 {
                 state.withLock { state in
-                    if state.fd >= 0, let token = state.token {
-                        Sys.unlockAndClose(state.fd)
-                        _ = Sys.unlinkat(directory, Self.path(token))
+                    if let file = state.file.take() {
+                        file.unlockAndClose()
+                        if let token = state.token { _ = Sys.unlinkat(directory, Self.path(token)) }
                     }
-                    state.fd = -1
                     state.token = nil
                     cached.store(0, ordering: .releasing)
                 }

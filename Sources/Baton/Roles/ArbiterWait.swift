@@ -11,38 +11,57 @@ import Synchronization
 /// semaphore, an async one suspended on an ``EventCounter``. At the deadline the
 /// caller gives up; the thread stays blocked until the holder lets go, then releases the lock at
 /// once and closes its descriptor (one thread per abandoned wait, only while a holder is stuck).
+///
+/// The descriptor has one owner at a time, so it is closed exactly once: this object while the
+/// thread waits, then the caller once granted (``wait(until:)`` and ``value(until:)`` hand it
+/// over), or the thread when the `flock` failed or the wait was abandoned.
 final class ArbiterWait: Sendable {
     private enum Phase {
         case waiting
         case granted
         case failed(SystemCallError)
         case abandoned
+        /// Granted, and the descriptor handed to the caller.
+        case taken
     }
 
-    private let phase = Mutex(Phase.waiting)
+    private struct State: ~Copyable {
+        var phase = Phase.waiting
+        /// The descriptor the thread locks, while this object owns it.
+        var descriptor: FileDescriptor?
+    }
+
+    private let state: Mutex<State>
     /// Signalled (sync waiters) and notified (async waiters) when the thread's `flock` returns.
     private let granted = DispatchSemaphore(value: 0)
     private let finished = EventCounter()
-    /// The descriptor the thread locks; it belongs to the caller once granted.
-    private let fd: Int32
 
-    /// Starts waiting for `operation` (`LOCK_EX` or `LOCK_SH`) on `fd`, a descriptor opened for
-    /// this wait alone (it is closed by this object unless the lock is granted).
-    init(fd: Int32, operation: Int32) {
-        self.fd = fd
+    /// Starts waiting for `operation` (`LOCK_EX` or `LOCK_SH`) on `descriptor`, opened for this
+    /// wait alone.
+    init(_ descriptor: consuming FileDescriptor, operation: Int32) {
+        // Borrowed by the thread: nobody closes the descriptor while its `flock` may block (an
+        // abandoned wait leaves it to the thread).
+        let fd = descriptor.rawValue
+        state = Mutex(State(descriptor: descriptor))
         KernelThread.spawn(name: "baton-arbiter") { [self] in
             let result = Sys.flock(fd, operation)
-            let abandoned = phase.withLock { phase -> Bool in
-                guard case .waiting = phase else { return true }
-                switch result {
-                case .success: phase = .granted
-                case .failure(let error): phase = .failed(error)
+            var decided = false
+            let release = state.withLock { state -> FileDescriptor? in
+                switch (state.phase, result) {
+                case (.waiting, .success):
+                    state.phase = .granted
+                    decided = true
+                    return nil
+                case (.waiting, .failure(let error)):
+                    state.phase = .failed(error)
+                    decided = true
+                    return state.descriptor.take()
+                default: // abandoned meanwhile: the lock came too late
+                    return state.descriptor.take()
                 }
-                return false
             }
-            if abandoned {
-                Sys.unlockAndClose(fd)
-            } else {
+            release?.unlockAndClose()
+            if decided {
                 granted.signal()
                 finished.notify()
             }
@@ -53,7 +72,7 @@ final class ArbiterWait: Sendable {
     /// - Returns: The descriptor that holds the lock (unlock and close it after use), or `nil`
     ///   at the deadline.
     /// - Throws: The `flock` failure, if it failed.
-    func wait(until deadline: Deadline) throws -> Int32? {
+    func wait(until deadline: Deadline) throws -> FileDescriptor? {
         let timeout: DispatchTime = deadline.remaining.map { .now() + .nanoseconds(Int(clamping: $0.nanoseconds)) } ?? .distantFuture
         _ = granted.wait(timeout: timeout)
         return try outcome()
@@ -61,30 +80,38 @@ final class ArbiterWait: Sendable {
 
     /// Like ``wait(until:)``, suspending the task instead of blocking its thread.
     /// - Throws: Also `CancellationError` when the task is cancelled (the wait is abandoned).
-    func value(until deadline: Deadline) async throws -> Int32? {
+    func value(until deadline: Deadline) async throws -> FileDescriptor? {
         do {
             try await finished.wait(after: 0, deadline: deadline)
         } catch let error as BatonError where error.code == .timedOut {
             // Decided below: the lock may have come at the last instant.
         } catch {
-            if try outcome() != nil { Sys.unlockAndClose(fd) }
+            try outcome()?.unlockAndClose()
             throw error
         }
         return try outcome()
     }
 
-    /// The lock's descriptor when granted; otherwise the wait is abandoned and `nil` returned.
-    private func outcome() throws -> Int32? {
-        let outcome = phase.withLock { phase -> Result<Int32?, SystemCallError> in
-            switch phase {
-            case .granted: return .success(fd)
-            case .failed(let error): return .failure(error)
-            case .waiting, .abandoned:
-                phase = .abandoned
-                return .success(nil)
+    /// The lock's descriptor when granted (handed over once); otherwise the wait is abandoned
+    /// and `nil` returned.
+    private func outcome() throws -> FileDescriptor? {
+        var failure: SystemCallError?
+        let descriptor = state.withLock { state -> FileDescriptor? in
+            switch state.phase {
+            case .granted:
+                state.phase = .taken
+                return state.descriptor.take()
+            case .failed(let error):
+                failure = error
+                return nil
+            case .waiting:
+                state.phase = .abandoned
+                return nil
+            case .abandoned, .taken:
+                return nil
             }
         }
-        if case .failure = outcome { Sys.close(fd) }
-        return try outcome.get("waiting for a role's arbiter lock")
+        if let failure { throw BatonError.system(failure, "waiting for a role's arbiter lock") }
+        return descriptor
     }
 }

@@ -28,10 +28,10 @@ final class RoleDirectory: Sendable {
     /// `roles/<name>`, relative to `.baton`.
     let path: String
 
-    private struct Descriptors: @unchecked Sendable {
+    private struct Descriptors: ~Copyable, @unchecked Sendable {
         // @unchecked: the mapping is only touched while holding the `descriptors` mutex (and,
         // across processes, the arbiter lock).
-        var arbiter: Int32
+        let arbiter: FileDescriptor
         /// The record, mapped: writing through the mapping neither allocates nor updates the
         /// file's times on every change, so no transition waits for the file system's journal.
         var record: MappedFile
@@ -53,15 +53,8 @@ final class RoleDirectory: Sendable {
         self.container = container
         self.name = name
         self.path = path
-        // `descriptors` owns the arbiter's number from here (closed in deinit).
-        self.descriptors = Mutex(Descriptors(arbiter: arbiter.release(), record: record))
-    }
-
-    deinit {
-        descriptors.withLock { descriptors in
-            Sys.close(descriptors.arbiter)
-        }
-        if let check = holderCheck.withLock({ $0 }) { Sys.close(check.fd) }
+        // `descriptors` owns the arbiter's descriptor from here (closed when this object goes).
+        self.descriptors = Mutex(Descriptors(arbiter: arbiter, record: record))
     }
 
     // MARK: Arbiter
@@ -148,25 +141,26 @@ final class RoleDirectory: Sendable {
     /// holds it.
     private func withFreeArbiter<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
         try descriptors.withLock { descriptors -> R? in
-            guard try Sys.tryFlock(descriptors.arbiter, operation).get("locking the arbiter of role \(name)") else { return nil }
-            defer { _ = Sys.flock(descriptors.arbiter, LOCK_UN) }
+            guard try Sys.tryFlock(descriptors.arbiter.rawValue, operation).get("locking the arbiter of role \(name)") else { return nil }
+            defer { _ = Sys.flock(descriptors.arbiter.rawValue, LOCK_UN) }
             return try body(&descriptors)
         }
     }
 
     /// Starts waiting for the arbiter lock on a descriptor of its own.
     private func arbiterWait(_ operation: Int32) throws -> ArbiterWait {
-        ArbiterWait(fd: try container.openDescriptor(path + "/arbiter.lock", flags: O_RDONLY).release(), operation: operation)
+        ArbiterWait(try container.openDescriptor(path + "/arbiter.lock", flags: O_RDONLY), operation: operation)
     }
 
     /// Runs `body` under the mutex with the arbiter lock held through `held` (from
-    /// ``ArbiterWait``), then releases it; `nil` (the deadline passed) throws `timedOut`.
-    private func withWaitedArbiter<R>(_ held: Int32?, _ body: (inout Descriptors) throws -> R) throws -> R {
-        guard let held else {
+    /// ``ArbiterWait``), then unlocks and closes it; `nil` (the deadline passed) throws `timedOut`.
+    private func withWaitedArbiter<R>(_ held: consuming FileDescriptor?, _ body: (inout Descriptors) throws -> R) throws -> R {
+        guard let held = held.take() else {
             throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or see which process holds \(container.absolutePath(path))/arbiter.lock with `baton inspect`")
         }
-        defer { Sys.unlockAndClose(held) }
-        return try descriptors.withLock { try body(&$0) }
+        let result = Result { try descriptors.withLock { try body(&$0) } }
+        held.unlockAndClose()
+        return try result.get()
     }
 
     /// What ``readRecord(_:)`` found.
@@ -289,16 +283,15 @@ final class RoleDirectory: Sendable {
     func isHolderAlive(_ holder: RoleRecord.HolderEntry) throws -> Bool {
         if holder.pid == getpid() { return try isLocked(holderFile(holder)) }
         return try holderCheck.withLock { cache in
-            if cache?.lockID != holder.lockID || cache?.pid != holder.pid {
-                if let old = cache { Sys.close(old.fd) }
-                cache = nil
+            if cache.lockID != holder.lockID || cache.pid != holder.pid || cache.fd == nil {
+                cache = HolderCheck() // closes the previous holder's file
                 switch Sys.openat(container.directory, holderFile(holder), O_RDONLY) {
-                case .success(let fd): cache = HolderCheck(pid: holder.pid, lockID: holder.lockID, fd: fd)
+                case .success(let fd): cache = HolderCheck(pid: holder.pid, lockID: holder.lockID, file: FileDescriptor(adopting: fd))
                 case .failure(let error) where error.errno == ENOENT: return false
                 case .failure(let error): throw BatonError.system(error, "opening \(holderFile(holder))")
                 }
             }
-            let fd = cache!.fd
+            guard let fd = cache.fd else { return false }
             guard try Sys.tryFlock(fd, LOCK_SH).get("checking \(holderFile(holder))") else { return true }
             _ = Sys.flock(fd, LOCK_UN)
             return false
@@ -308,22 +301,29 @@ final class RoleDirectory: Sendable {
     /// The holder file last checked, kept open: while the same process holds the role, each
     /// check is one `flock`. A file is named by its owner's pid and a random id, and it is only
     /// deleted once that pid is gone, so the open descriptor always is the file the record names.
-    private struct HolderCheck {
-        var pid: Int32
-        var lockID: UInt64
-        var fd: Int32
+    private struct HolderCheck: ~Copyable {
+        var pid: Int32 = 0
+        var lockID: UInt64 = 0
+        /// Open while a holder's file is cached; closed when replaced or when the role goes.
+        var file: FileDescriptor?
+        /// `file`'s number, borrowed for a system call.
+        var fd: Int32? {
+            switch file {
+            case .some(let file): file.rawValue
+            case .none: nil
+            }
+        }
     }
-    private let holderCheck = Mutex<HolderCheck?>(nil)
+    private let holderCheck = Mutex(HolderCheck())
 
     private func isLocked(_ relativePath: String) throws -> Bool {
-        let fd: Int32
+        let file: FileDescriptor
         switch Sys.openat(container.directory, relativePath, O_RDONLY) {
-        case .success(let value): fd = value
+        case .success(let value): file = FileDescriptor(adopting: value)
         case .failure(let error) where error.errno == ENOENT: return false
         case .failure(let error): throw BatonError.system(error, "opening \(relativePath)")
         }
-        defer { Sys.close(fd) }
-        return !(try Sys.tryFlock(fd, LOCK_SH).get("checking \(relativePath)"))
+        return !(try Sys.tryFlock(file.rawValue, LOCK_SH).get("checking \(relativePath)"))
     }
 
     func removeFile(_ relativePath: String) {
@@ -367,15 +367,15 @@ final class RoleDirectory: Sendable {
         var stale: Set<UInt64> = []
         for waiter in record.waiters where waiter.id != excluding {
             let relative = RoleLockFile.relativePath(directory: self, prefix: "waiter", pid: waiter.pid, id: waiter.id)
-            let fd: Int32
+            let file: FileDescriptor
             switch Sys.openat(container.directory, relative, O_RDONLY) {
-            case .success(let value): fd = value
+            case .success(let value): file = FileDescriptor(adopting: value)
             case .failure(let error) where error.errno == ENOENT:
                 stale.insert(waiter.id)
                 continue
             case .failure(let error): throw BatonError.system(error, "opening \(relative)")
             }
-            defer { Sys.close(fd) }
+            let fd = file.rawValue // closed with `file`, at the end of this iteration
             if try Sys.tryFlock(fd, LOCK_SH).get("checking \(relative)") {
                 stale.insert(waiter.id)
                 if removeDead, Self.isDead(waiter.pid) { removeFile(relative) }

@@ -21,10 +21,11 @@ final class RoleLockFile: Sendable {
     private struct State: @unchecked Sendable {
         // @unchecked: the mapping is only used under the `state` mutex.
         /// The file, mapped so that writing its content is a copy: a `pwrite` would update the
-        /// file's times and wait for the file system's journal inside a transition.
+        /// file's times and wait for the file system's journal inside a transition. It owns the
+        /// descriptor (closed once, when the mapping goes: ``close()``, or a file found
+        /// unlinked); the `flock`s borrow its number while it is open.
         var file: MappedFile?
         var locked = false
-        var fd: Int32 { file?.fd ?? -1 }
     }
 
     private let state = Mutex(State())
@@ -77,16 +78,15 @@ final class RoleLockFile: Sendable {
             if let file = state.file, case .success(let info) = Sys.fstat(file.fd), info.st_nlink == 0 {
                 state = State()
             }
-            if state.file == nil {
-                state.file = try MappedFile(directory.container, relativePath: path, minimumSize: Self.contentSize)
-            }
-            if let content, let file = state.file {
+            let file = try state.file ?? MappedFile(directory.container, relativePath: path, minimumSize: Self.contentSize)
+            state.file = file
+            if let content {
                 var bytes = Array(content.utf8.prefix(Self.contentSize - 1))
                 bytes += [UInt8](repeating: UInt8(ascii: "\n"), count: Self.contentSize - bytes.count)
                 bytes.withUnsafeBytes { file.pointer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             }
             if state.locked { return true }
-            state.locked = try Sys.tryFlock(state.fd, LOCK_EX).get("locking \(path)")
+            state.locked = try Sys.tryFlock(file.fd, LOCK_EX).get("locking \(path)")
             return state.locked
         }
     }
@@ -95,8 +95,8 @@ final class RoleLockFile: Sendable {
     /// the role's signal).
     func unlock() {
         state.withLock { state in
-            guard state.locked else { return }
-            _ = Sys.flock(state.fd, LOCK_UN)
+            guard state.locked, let file = state.file else { return }
+            _ = Sys.flock(file.fd, LOCK_UN)
             state.locked = false
         }
     }
@@ -109,7 +109,4 @@ final class RoleLockFile: Sendable {
         }
         _ = file // unmapped and closed when released here
     }
-
-    /// The descriptor while open (for tests that look for this process's locks).
-    var descriptor: Int32? { state.withLock { $0.fd >= 0 ? $0.fd : nil } }
 }
