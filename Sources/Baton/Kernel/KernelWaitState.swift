@@ -188,11 +188,14 @@ struct KernelWaitState<Resumption, Target> {
             read = value
             return value
         }
+        // Ended in the order of their deadlines (then of their ids): several that fell due while
+        // the thread was kept off the CPU still end, and callbacks fire, in deadline order.
+        var ending: [(deadline: Int64, id: UInt64, resumption: Resumption, how: Ending)] = []
         for (id, waiter) in waiters {
             if let seen = waiter.seen, let watch, seen != watch.generation {
-                round.ended.append((waiter.resumption, .ready))
+                ending.append((waiter.deadline ?? .max, id, waiter.resumption, .ready))
             } else if let deadline = waiter.deadline, deadline <= now() {
-                round.ended.append((waiter.resumption, .expired))
+                ending.append((deadline, id, waiter.resumption, .expired))
             } else {
                 if let deadline = waiter.deadline { nearest = nearest.map { min($0, deadline) } ?? deadline }
                 continue
@@ -200,6 +203,8 @@ struct KernelWaitState<Resumption, Target> {
             ended.append(id)
             if waiter.seen != nil { round.endedWatches += 1 }
         }
+        if ending.count > 1 { ending.sort { ($0.deadline, $0.id) < ($1.deadline, $1.id) } }
+        for entry in ending { round.ended.append((entry.resumption, entry.how)) }
         for id in ended { waiters.removeValue(forKey: id) }
         watchers -= round.endedWatches
         target = nil
