@@ -161,8 +161,14 @@ struct KernelWaitThreadTests {
         }
 
         func wait(after seen: UInt32, deadline: Deadline) async throws {
-            baton_add32(sleepers, 1)
             try await thread.wait(after: seen, deadline: deadline.instant)
+        }
+
+        func beginWait(after seen: UInt32) -> Bool {
+            baton_add32(sleepers, 1)
+            if generation == seen { return true }
+            baton_sub32(sleepers, 1)
+            return false
         }
 
         func prepareToSleep() -> KernelWaitWatch? {
@@ -258,6 +264,35 @@ struct KernelWaitThreadTests {
         let (ending, elapsed) = await waiting.value
         #expect(ending == .timedOut)
         #expect(elapsed >= .milliseconds(300))
+        bell.thread.shutdown()
+    }
+
+    @Test("a wait on a generation the sleeping thread has already seen move ends at once (the last look is one step with the registration)")
+    func ringBeforeRegistrationIsNotLost() async throws {
+        let bell = TestBell()
+        let before = bell.generation
+        bell.ring()
+        // Another wait (no deadline) keeps the thread asleep on the word, with no timeout,
+        // having seen that ring.
+        let current = bell.generation
+        let other = Task { await Self.ending { try await bell.wait(after: current, deadline: .never) } }
+        let start = ContinuousClock.now
+        while bell.thread.registered < 1, ContinuousClock.now - start < .seconds(30) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(50))
+        // A wait whose snapshot predates the ring (taken before its caller checked its
+        // condition), without a deadline that would make the thread look again: nothing will
+        // ring again, so only its last look can end it (a watchdog cancels it otherwise).
+        let stale = Task { await Self.ending { try await bell.wait(after: before, deadline: .never) } }
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(3))
+            stale.cancel()
+        }
+        let (ending, _) = await stale.value
+        watchdog.cancel()
+        #expect(ending == .rung)
+        other.cancel()
+        #expect(await other.value.0 == .cancelled)
+        #expect(baton_load32(bell.sleepers) == 0)
         bell.thread.shutdown()
     }
 

@@ -105,13 +105,6 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
             throw Self.timedOut()
         }
         if spinning, spin(after: seen) { return }
-        // Count as a possible sleeper before the last look at the word (see `ring`); the thread
-        // uncounts the wait however it ends (`endWaits`).
-        baton_add32(sleepers, 1)
-        if snapshot() != seen {
-            baton_sub32(sleepers, 1)
-            return
-        }
         try await thread.wait(after: seen, deadline: deadline.instant)
     }
 
@@ -127,6 +120,14 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     func prepareToSleep() -> KernelWaitWatch? {
         let current = baton_load32(word)
         return KernelWaitWatch(word: word, expected: current, generation: current / Self.ringStep, keepAlive: memory)
+    }
+
+    /// Counts the wait as a possible sleeper before the last look at the word (see ``ring()``).
+    func beginWait(after seen: UInt32) -> Bool {
+        baton_add32(sleepers, 1)
+        if snapshot() == seen { return true }
+        baton_sub32(sleepers, 1)
+        return false
     }
 
     func endWaits(_ count: Int) {

@@ -11,13 +11,21 @@ protocol KernelWaitSource: AnyObject, Sendable {
     func prepareToSleep() -> KernelWaitWatch?
     /// Called on the thread after each round, whether it slept or not.
     func roundEnded()
-    /// `count` waits that watched the word ended (became ready, timed out, were cancelled or
-    /// abandoned), so the source can uncount them where the ringers look. Any thread.
+    /// A task is about to wait for the word's generation to move from `seen`: count it where
+    /// the ringers look, then look at the word once more; `false` (after uncounting it) when it
+    /// moved already. Called under the thread's lock, so that this look and the wait's
+    /// registration are one step for the thread's rounds (which read the word before they take
+    /// the lock): a ring after the look either wakes the thread or is seen by its next round.
+    /// Keep it to atomics.
+    func beginWait(after seen: UInt32) -> Bool
+    /// `count` waits begun with ``beginWait(after:)`` ended (became ready, timed out, were
+    /// cancelled or abandoned). Any thread.
     func endWaits(_ count: Int)
 }
 
 extension KernelWaitSource {
     func roundEnded() {}
+    func beginWait(after seen: UInt32) -> Bool { true }
     func endWaits(_ count: Int) {}
 }
 
@@ -122,25 +130,44 @@ final class KernelWaitThread: @unchecked Sendable {
 
     // MARK: Waiting
 
-    /// Suspends the task until the source's generation differs from `seen` (when given; the
-    /// caller has counted the wait where the ringers look, and the source's ``KernelWaitSource/endWaits(_:)``
+    private enum Registration {
+        case registered(KernelWaitState<Resumption, KernelWaitWatch>.Wake)
+        /// The source's last look found the word moved (the wait is not registered).
+        case moved(KernelWaitState<Resumption, KernelWaitWatch>.Wake)
+        /// Cancelled, or the thread stopped.
+        case refused
+    }
+
+    /// Suspends the task until the source's generation differs from `seen` (when given: the
+    /// source counts the wait and looks once more, ``KernelWaitSource/beginWait(after:)``, and
     /// uncounts it however it ends), until `deadline`, or until the task is cancelled.
     /// - Throws: The thread's timed-out error at the deadline; `CancellationError` when the task
     ///   is cancelled (or the thread was shut down).
     func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
         let id = nextID.add(1, ordering: .relaxed).newValue
+        let time = deadline.map(Self.time)
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let admission = state.withLock { locked -> KernelWaitState<Resumption, KernelWaitWatch>.Admission? in
-                    if Task.isCancelled { return nil }
-                    return locked.machine.add(id: id, seen: seen, deadline: deadline.map(Self.time), resumption: .task(continuation))
+                let registration = state.withLock { locked -> Registration in
+                    if Task.isCancelled { return .refused }
+                    guard case .registered(let wake) = locked.machine.add(id: id, seen: seen, deadline: time, resumption: .task(continuation)) else {
+                        return .refused
+                    }
+                    if let seen, let source = locked.source, !source.beginWait(after: seen) {
+                        _ = locked.machine.remove(id)
+                        return .moved(wake)
+                    }
+                    return .registered(wake)
                 }
-                guard case .registered(let wake)? = admission else {
-                    if seen != nil { endWaits(1) }
+                switch registration {
+                case .registered(let wake):
+                    perform(wake)
+                case .moved(let wake):
+                    perform(wake) // a start must still happen
+                    continuation.resume()
+                case .refused:
                     continuation.resume(throwing: CancellationError())
-                    return
                 }
-                perform(wake)
             }
         } onCancel: {
             cancel(id)
