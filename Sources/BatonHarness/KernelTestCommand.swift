@@ -3,6 +3,11 @@ import Baton
 import BatonCommandSupport
 import BatonDatabase
 import CBatonShims
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// `baton-harness kernel-test ...`: workers for the kernel-layer tests: a process that sleeps on a shared word, one that
 /// holds an owner token, one that holds a ``SharedMutex``.
@@ -10,7 +15,7 @@ struct KernelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kernel-test",
         abstract: "Test workers for the kernel layer.",
-        subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self, QueueAcquire.self]
+        subcommands: [WaitWord.self, HoldToken.self, HoldMutex.self, QueueAcquire.self, RebuildSignals.self]
     )
 
     /// Maps `.baton/<file>` (4 KiB) and sleeps on its first word until it moves or the timeout
@@ -35,6 +40,29 @@ struct KernelTestCommand: AsyncParsableCommand {
                 }
             }
             emit("woken \(baton_load32(word))")
+        }
+    }
+
+    /// Makes this process rebuild the signal table `rounds` times, as fast as it can: each round
+    /// cuts the last byte off `.baton/signals` (slot padding: nothing is lost) and reads a state,
+    /// which finds the table truncated, extends it and rebuilds it (another program's truncation,
+    /// as the signal table handles it). Prints "ready" first and "rebuilt <rounds>" at the end.
+    struct RebuildSignals: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "rebuild-signals")
+        @OptionGroup var container: ContainerOptions
+        @Option var rounds: Int = 1000
+
+        func run() async throws {
+            let container = try container.open()
+            let signals = try container.signals
+            _ = try signals.state(of: "rebuilder")
+            let path = container.absolutePath("signals")
+            emit("ready")
+            for _ in 0..<rounds {
+                guard truncate(path, off_t(1_052_672 - 1)) == 0 else { throw TestFailureText("truncate \(path): errno \(errno)") }
+                _ = try signals.state(of: "rebuilder")
+            }
+            emit("rebuilt \(rounds)")
         }
     }
 

@@ -27,9 +27,11 @@ import Synchronization
 /// process dies or suspends, so a crashed process's entry is reused and no pid check is needed.
 /// When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
 ///
-/// The table holds nothing durable: when it fails its checks it is rebuilt (a new file renamed
-/// over the old one; the old one is marked retired so every process moves to the new one, and
-/// every observer gets one delivery because posts may have been missed).
+/// The table is not durable (it is not synced; a rebooted device may find it empty), but it is
+/// not thrown away either: when it fails its checks it is rebuilt (a new file renamed over the
+/// old one; the old one is marked retired so every process moves to the new one), and every slot
+/// that passes its checks is carried over with its counter and state. Every observer gets one
+/// delivery, because posts may have been missed.
 final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // @unchecked: all mutable state is in `state` (a Mutex), except `sleepingFlag`, which only
     // the signal thread touches (set in `prepareToSleep`, cleared in `roundEnded`); the mapped
@@ -120,7 +122,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     private static func openValidTable(_ container: SharedContainer, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
         if retired == nil, let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
-           map.size == fileSize, isValid(map) {
+           map.size == fileSize, isValid(map), !isRetired(map) {
             return map
         }
         // Create or rebuild under the table lock (held for microseconds).
@@ -151,14 +153,68 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         // process sleeping on it wakes up and moves to the new one. The offsets are fixed. A table
         // cut short by another program is first extended again (zeros) to its full size, so that
         // processes still mapping it neither fault nor sleep on a word nobody can retire.
+        //
+        // Retired first, then its names, counters and states carried over: a post checks the
+        // retirement after it writes (``post(_:state:)``), so a post this copy may miss is made
+        // again on the new table by its poster. Slots that fail their checks are dropped (and
+        // counted in the report).
         if let current = try? MappedFile(container, relativePath: fileName, minimumSize: fileSize, create: false),
            current.size >= headerSize {
             baton_store32(word(current, 24), 1)
             wakeEveryone(current)
-            container.diagnostics.report(.signalTableRebuilt, level: .warning, "rebuilt the signal table \(container.absolutePath(fileName)): \(reason ?? "its header or size failed the checks"); every observer gets one delivery")
+            let (carried, dropped) = carryOver(from: current, to: fresh)
+            let lost = dropped > 0 ? "; \(dropped) slot\(dropped == 1 ? "" : "s") failed the checks and were dropped (their names start over at state 0)" : ""
+            container.diagnostics.report(.signalTableRebuilt, level: .warning, "rebuilt the signal table \(container.absolutePath(fileName)): \(reason ?? "its header or size failed the checks"); carried \(carried) name\(carried == 1 ? "" : "s") over\(lost); every observer gets one delivery")
         }
         try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
         return fresh
+    }
+
+    /// Copies every slot of `old` that passes its checks (name, counter, state; no observers:
+    /// each process counts its own again as it moves) into `fresh`, which nobody else maps yet.
+    /// Returns how many names were carried over and how many slots were dropped.
+    static func carryOver(from old: MappedFile, to fresh: MappedFile) -> (carried: Int, dropped: Int) {
+        var carried = 0
+        var dropped = 0
+        for slot in 0..<slotCount {
+            let offset = headerSize + slot * slotSize
+            guard offset + slotSize <= old.size else { break }
+            let source = old.pointer.advanced(by: offset)
+            let status = baton_load32(source.assumingMemoryBound(to: UInt32.self))
+            if status == 0 { continue }
+            let length = Int(UInt32(littleEndian: source.load(fromByteOffset: 4, as: UInt32.self)))
+            guard status == 1, length >= 1, length <= Signals.maxNameBytes,
+                  source.load(fromByteOffset: 36, as: UInt32.self) == slotChecksum(source, length: length) else {
+                dropped += 1
+                continue
+            }
+            let hash = source.load(fromByteOffset: 8, as: UInt64.self)
+            var target = Int(hash % UInt64(slotCount))
+            var placed = false
+            for _ in 0..<slotCount {
+                let destination = fresh.pointer.advanced(by: headerSize + target * slotSize)
+                if destination.load(fromByteOffset: 0, as: UInt32.self) == 0 {
+                    destination.advanced(by: 4).copyMemory(from: source.advanced(by: 4), byteCount: 12) // length, hash
+                    destination.advanced(by: 36).copyMemory(from: source.advanced(by: 36), byteCount: 4 + length)
+                    let counter = baton_load64(source.advanced(by: 16).assumingMemoryBound(to: UInt64.self))
+                    let value = baton_load64(source.advanced(by: 24).assumingMemoryBound(to: UInt64.self))
+                    destination.storeBytes(of: counter, toByteOffset: 16, as: UInt64.self)
+                    destination.storeBytes(of: value, toByteOffset: 24, as: UInt64.self)
+                    destination.storeBytes(of: UInt32(1), toByteOffset: 0, as: UInt32.self)
+                    placed = true
+                    break
+                }
+                // The same name twice (a scribbled table): the first copy wins.
+                if destination.load(fromByteOffset: 8, as: UInt64.self) == hash,
+                   destination.load(fromByteOffset: 4, as: UInt32.self) == UInt32(length),
+                   memcmp(destination.advanced(by: 40), source.advanced(by: 40), length) == 0 {
+                    break
+                }
+                target = (target + 1) % slotCount
+            }
+            if placed { carried += 1 } else { dropped += 1 }
+        }
+        return (carried, dropped)
     }
 
     /// Rings the shared word and every process's doorbell (a retired table: everyone moves on).
@@ -318,7 +374,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     private static func hash(_ name: String) -> UInt64 { FNV1a.hash(name) }
 
-    private func slotChecksum(_ base: UnsafeMutableRawPointer, length: Int) -> UInt32 {
+    private static func slotChecksum(_ base: UnsafeMutableRawPointer, length: Int) -> UInt32 {
         var crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 4), count: 12))
         crc = Checksum.crc32c(UnsafeRawBufferPointer(start: base.advanced(by: 40), count: length), seed: crc)
         return crc
@@ -339,7 +395,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             case 1:
                 let length = Int(base.load(fromByteOffset: 4, as: UInt32.self))
                 guard length >= 1, length <= Signals.maxNameBytes,
-                      base.load(fromByteOffset: 36, as: UInt32.self) == slotChecksum(base, length: length) else {
+                      base.load(fromByteOffset: 36, as: UInt32.self) == Self.slotChecksum(base, length: length) else {
                     throw BatonError(.corrupt, "signal table slot \(slot) failed its checksum")
                 }
                 if base.load(fromByteOffset: 8, as: UInt64.self) == hash, length == bytes.count,
@@ -378,7 +434,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     base.storeBytes(of: UInt32(bytes.count), toByteOffset: 4, as: UInt32.self)
                     base.storeBytes(of: Self.hash(name), toByteOffset: 8, as: UInt64.self)
                     bytes.withUnsafeBytes { base.advanced(by: 40).copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
-                    base.storeBytes(of: slotChecksum(base, length: bytes.count), toByteOffset: 36, as: UInt32.self)
+                    base.storeBytes(of: Self.slotChecksum(base, length: bytes.count), toByteOffset: 36, as: UInt32.self)
                     baton_store32(slotWord(state.map, slot, 0), 1)
                     state.slotCache[name] = slot
                     return slot
@@ -418,10 +474,29 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     func post(_ name: String, state value: UInt64?) throws {
         let (map, doorbells, here) = try withState { state throws -> (MappedFile?, [UnsafeMutablePointer<UInt32>], Bool) in
-            try followRetirement(&state)
-            let slot = try findOrCreateSlot(&state, name)
-            if let value { baton_store64(slotState(state.map, slot), value) }
-            baton_add64(slotCounter(state.map, slot), 1)
+            // A rebuild in another process retires the table, then carries its slots over: a
+            // write that finds the table retired after it may have come after the copy, so it is
+            // made again on the new table (a counter moved twice is one more delivery, never a
+            // lost one). After a few rounds lost to rebuilds in a row, the write is made under
+            // the table lock, which every rebuild holds: no retirement can come between its
+            // check and the write.
+            var slot = 0
+            for attempt in 0... {
+                try followRetirement(&state)
+                slot = try findOrCreateSlot(&state, name)
+                if attempt < 4 {
+                    if let value { baton_store64(slotState(state.map, slot), value) }
+                    baton_add64(slotCounter(state.map, slot), 1)
+                    if !Self.isRetired(state.map) { break }
+                } else {
+                    let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
+                    try Sys.flock(lockFile.rawValue, LOCK_EX).get("locking the signal table")
+                    guard !Self.isRetired(state.map), !Self.isTruncated(state.map) else { continue }
+                    if let value { baton_store64(slotState(state.map, slot), value) }
+                    baton_add64(slotCounter(state.map, slot), 1)
+                    break
+                }
+            }
             guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, [], false) }
             // Ring the doorbell of every other process interested in the slot's bit (counter
             // first, then the interest: an observer registering now sets its interest, then
