@@ -164,15 +164,17 @@ enum ChannelsBench: BenchSuite {
         let pong = try SharedChannel<String>(container, name: "bench-pong", capacity: .rendezvous)
         let worker = try WorkerProcess(suite: name, container: path, arguments: ["channel-pong"])
         try worker.waitReady()
-        var samples: [Double] = []
-        let warmup = rounds / 10
-        for index in 0..<(rounds + warmup) {
-            let start = monotonicNanoseconds()
-            try await ping.send(element, deadline: .after(.seconds(30)))
-            _ = try await pong.receive(deadline: .after(.seconds(30)))
-            if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 1_000) }
+        return try await withTaskExecutorPreference(ping.executor) {
+            var samples: [Double] = []
+            let warmup = rounds / 10
+            for index in 0..<(rounds + warmup) {
+                let start = monotonicNanoseconds()
+                try await ping.send(element, deadline: .after(.seconds(30)))
+                _ = try await pong.receive(deadline: .after(.seconds(30)))
+                if index >= warmup { samples.append(Double(monotonicNanoseconds() - start) / 1_000) }
+            }
+            return samples
         }
-        return samples
     }
 
     // MARK: Workers
@@ -219,7 +221,9 @@ enum ChannelsBench: BenchSuite {
             let ping = try SharedChannel<String>(container, name: "bench-ping", capacity: .rendezvous)
             let pong = try SharedChannel<String>(container, name: "bench-pong", capacity: .rendezvous)
             emit("ready")
-            while let value = try await ping.receive() { try await pong.send(value) }
+            try await withTaskExecutorPreference(ping.executor) {
+                while let value = try await ping.receive() { try await pong.send(value) }
+            }
         default:
             throw BatonError(.invalidArgument, "unknown channels worker \(arguments)")
         }

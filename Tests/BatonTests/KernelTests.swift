@@ -88,6 +88,7 @@ struct KernelTests {
         let line = try await child.line(timeout: 30) { $0.hasPrefix("token ") }
         let token = try #require(UInt64(line.dropFirst("token ".count), radix: 16))
         #expect(container.owners.isAlive(token))
+        #expect(container.owners.isAlive(token)) // again, through the descriptor kept by the first look
         #expect(container.owners.isAlive(try container.owners.current()))
         let fired = EventCounter()
         let seen = fired.snapshot()

@@ -22,9 +22,10 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     // @unchecked: `word` and `sleepers` point into the channel header, which `memory` keeps
     // mapped for as long as this doorbell (and the watches its thread sleeps on) lives; they are
     // touched only with atomics. The spin budget is atomic; the waits are in `thread`.
-    private let word: UnsafeMutablePointer<UInt32>
+    /// The word (for ``ChannelExecutor``, which sleeps on it) and what keeps it mapped.
+    let word: UnsafeMutablePointer<UInt32>
     private let sleepers: UnsafeMutablePointer<UInt32>
-    private let memory: ChannelHeaderMemory
+    let memory: ChannelHeaderMemory
     private let thread: KernelWaitThread
 
     /// The current spin budget in nanoseconds (see ``spin(after:)``).
@@ -50,7 +51,10 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
 
     /// A ring adds `ringStep` to the word; the thread's own wake-ups (which only make the
     /// threads re-read their deadlines) add 1. Waiters compare the word divided by `ringStep`.
-    private static let ringStep: UInt32 = 256
+    static let ringStep: UInt32 = 256
+
+    /// The word's value, rings and wake-ups (``ChannelExecutor`` sleeps expecting it).
+    var rawWord: UInt32 { baton_load32(word) }
 
     /// The doorbell's ring count: read it before checking the condition you will wait for.
     func snapshot() -> UInt32 { baton_load32(word) / Self.ringStep }
@@ -105,6 +109,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
             throw Self.timedOut()
         }
         if spinning, spin(after: seen) { return }
+        // On the channel executor's thread: that thread sleeps on the word itself.
+        if try await ChannelExecutor.waitIfCurrent(self, after: seen, deadline: deadline.instant) { return }
         try await thread.wait(after: seen, deadline: deadline.instant)
     }
 

@@ -745,7 +745,7 @@ final class ChannelLog: @unchecked Sendable {
     /// (never claiming it). Returns the entry, the receiver's reference and case; a reference of
     /// 0 when `own` was claimed first; `nil` when no receiver could be claimed.
     private func claimRegisteredReceiver(own: ChannelWaiterTable.Waiter?) -> (Int, UInt64, Int)? {
-        let start = Int.random(in: 0..<Self.registrationCount)
+        let start = FastRandom.int(in: 0..<Self.registrationCount)
         var ownCancelled = false
         for step in 0..<Self.registrationCount {
             let entry = (start + step) % Self.registrationCount

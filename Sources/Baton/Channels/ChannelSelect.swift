@@ -161,7 +161,7 @@ public func select<Outcome>(
     let slow = cases.contains { $0.slowCheck }
     while true {
         let seen = doorbells.map { $0.snapshot() }
-        let start = Int.random(in: 0..<cases.count)
+        let start = FastRandom.int(in: 0..<cases.count)
         for step in 0..<cases.count {
             if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
         }

@@ -120,7 +120,7 @@ final class ChannelWaiterTable: @unchecked Sendable {
                 return Waiter(index: index, generation: generation)
             }
         }
-        let start = Int.random(in: 1..<Self.recordCount)
+        let start = FastRandom.int(in: 1..<Self.recordCount)
         for step in 0..<(Self.recordCount - 1) {
             let index = 1 + (start - 1 + step) % (Self.recordCount - 1)
             let owner = baton_load64(ownerWord(index))

@@ -42,6 +42,13 @@ package final class OwnerTokens: Sendable {
     private let suspending = Atomic<Bool>(false)
     /// Moves when the last critical section ends (a suspension waits on it).
     private let sectionsEnded = EventCounter()
+    /// Descriptors of other processes' token files found alive, kept open so that the next
+    /// ``isAlive(_:)`` of the same token is one non-blocking `flock` instead of an open, an
+    /// `fstat`, a `flock` and a close (a rendezvous hand-off asks about its peer each time). The
+    /// probe runs under this lock: a descriptor is never closed while another thread uses it.
+    private let peers = Mutex<[UInt64: Int32]>([:])
+    /// The most descriptors kept (one is closed to make room for another).
+    static let peerCacheLimit = 32
 
     /// - Parameters:
     ///   - directory: A descriptor of the container's `.baton` directory (duplicated here).
@@ -56,6 +63,7 @@ package final class OwnerTokens: Sendable {
     deinit {
         // Unlocked before it closes (the directory's descriptor closes itself after this).
         state.withLock { $0.file.take() }?.unlockAndClose()
+        for fd in peers.withLock({ Array($0.values) }) { FileDescriptor(adopting: fd).close() }
     }
 
     // MARK: This process's token
@@ -155,6 +163,20 @@ package final class OwnerTokens: Sendable {
         if token == 0 { return false }
         if cached.load(ordering: .acquiring) == token { return true }
         let path = Self.path(token)
+        let known = peers.withLock { peers -> Bool? in
+            guard let fd = peers[token] else { return nil }
+            switch Sys.tryFlock(fd, LOCK_SH) {
+            case .success(false), .failure:
+                return true
+            case .success(true):
+                // Released since: dead or suspended for good (a resumed process takes a new token).
+                peers[token] = nil
+                _ = Sys.unlinkat(directory, path)
+                FileDescriptor(adopting: fd).unlockAndClose()
+                return false
+            }
+        }
+        if let known { return known }
         let file: FileDescriptor
         // Non-blocking and without following links: a FIFO planted in the token's place must not
         // block the open, and a link is not a token.
@@ -173,6 +195,7 @@ package final class OwnerTokens: Sendable {
         }
         switch Sys.tryFlock(file.rawValue, LOCK_SH) {
         case .success(false):
+            keep(file, for: token)
             return true
         case .success(true):
             // Nobody holds it: its process died or was suspended. Remove the file (its id is
@@ -183,6 +206,22 @@ package final class OwnerTokens: Sendable {
         case .failure:
             return true
         }
+    }
+
+    /// Keeps the descriptor of a live peer's token file for the next ``isAlive(_:)``.
+    private func keep(_ file: consuming FileDescriptor, for token: UInt64) {
+        let fd = file.release()
+        let surplus = peers.withLock { peers -> [Int32] in
+            var surplus: [Int32] = []
+            if let old = peers[token] { surplus.append(old) }
+            if peers[token] == nil, peers.count >= Self.peerCacheLimit, let victim = peers.first {
+                peers[victim.key] = nil
+                surplus.append(victim.value)
+            }
+            peers[token] = fd
+            return surplus
+        }
+        for old in surplus { FileDescriptor(adopting: old).close() }
     }
 
     /// Calls `callback` (on the file-event thread) when the holder of `token` may have released

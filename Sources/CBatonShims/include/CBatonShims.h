@@ -23,6 +23,14 @@ void baton_mapping_guard_unregister(int slot);
 /// How many faults the guard repaired in this process.
 uint64_t baton_mapping_guard_repairs(void);
 
+// The thread context (thread_context.c): one pointer per thread, C11 `_Thread_local`, so that
+// Swift code can ask "is this thread the one my executor runs?" without naming pthread_t
+// (an integer on Linux, a pointer on Apple platforms).
+/// Sets the calling thread's context pointer.
+void baton_set_thread_context(void *context);
+/// The calling thread's context pointer (NULL until set).
+void *baton_thread_context(void);
+
 // The Apple type-check (scripts/check-apple.sh) defines BATON_APPLE_TYPECHECK to read the Darwin
 // half on Linux, against declarations transcribed from Apple's headers.
 #if defined(__APPLE__) || defined(BATON_APPLE_TYPECHECK)

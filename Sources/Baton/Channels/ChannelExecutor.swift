@@ -1,0 +1,222 @@
+import CBatonShims
+import Synchronization
+
+/// The channel executor: a `TaskExecutor` with one thread per process that runs the tasks that
+/// prefer it and sleeps in the kernel on the channel word one of them waits for.
+///
+/// A channel wait made anywhere else suspends on a continuation that the doorbell's
+/// ``KernelWaitThread`` resumes: the kernel wakes that thread, which hands the task to the
+/// cooperative pool, which wakes a second thread to run it. Under load each of those wake-ups
+/// waits for a core. A wait made on this executor's thread (by a task inside
+/// `withTaskExecutorPreference(channel.executor) { ... }`) is instead registered here, and the
+/// executor's thread itself sleeps on the doorbell's word: the ring that moves the word wakes
+/// the thread that runs the task, one wake-up per hop, like a blocking `mq_receive`.
+///
+/// One such wait at a time: a second task on the executor that waits while the first one does
+/// (or a `select` over several channels, whose waits run in child tasks) waits through the
+/// doorbells' threads as anywhere else, and is resumed here through the job queue. The thread
+/// starts on the first job and ends after ``idleExit`` with nothing to run and nothing to wait
+/// for.
+final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: everything mutable is in `state` (a Mutex); `privateWord` is touched only with
+    // atomics; the shared words are kept mapped by the `keepAlive` held beside them.
+
+    /// The process's channel executor.
+    static let shared = ChannelExecutor()
+
+    /// How long the thread stays with nothing to run and nothing to wait for before it ends.
+    static let idleExit: Duration = .seconds(2)
+
+    private struct Wait {
+        let id: UInt64
+        let doorbell: ChannelDoorbell
+        let seen: UInt32
+        let deadline: ContinuousClock.Instant?
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var jobs: [UnownedJob] = []
+        var wait: Wait?
+        var running = false
+        /// The shared word the thread sleeps on (or is about to), with what keeps it mapped.
+        var sleepingOn: (word: UnsafeMutablePointer<UInt32>, keepAlive: AnyObject)?
+        var nextID: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+    /// How many waits the thread has slept on itself (for tests and diagnostics).
+    private let registeredWaits = Atomic<Int>(0)
+    var waitsRegistered: Int { registeredWaits.load(ordering: .relaxed) }
+    /// Bumped by every job queued from another thread: the thread sleeps on it when it has no
+    /// wait to sleep on.
+    private let privateWord: UnsafeMutablePointer<UInt32>
+
+    private init() {
+        privateWord = .allocate(capacity: 1)
+        privateWord.initialize(to: 0)
+    }
+
+    deinit { privateWord.deallocate() }
+
+    /// Whether the calling thread is this executor's.
+    private var isCurrent: Bool {
+        baton_thread_context() == UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    // MARK: TaskExecutor
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let onThread = isCurrent
+        let (start, sleepingOn) = state.withLock { state -> (Bool, (word: UnsafeMutablePointer<UInt32>, keepAlive: AnyObject)?) in
+            state.jobs.append(job)
+            if !state.running {
+                state.running = true
+                return (true, nil)
+            }
+            return (false, state.sleepingOn)
+        }
+        if start {
+            KernelThread.spawn(name: "baton-channels") { [self] in run() }
+            return
+        }
+        // The thread picks the job up on its next pass; it needs waking only from another thread.
+        if onThread { return }
+        baton_add32(privateWord, 1)
+        AddressWait.wakeAll(privateWord)
+        if let sleepingOn {
+            // A step of 1 is not a ring (see ``ChannelDoorbell``): it only ends the sleep, here and
+            // (spuriously, harmlessly) in any other process's thread sleeping on the same word.
+            withExtendedLifetime(sleepingOn.keepAlive) {
+                baton_add32(sleepingOn.word, 1)
+                AddressWait.wakeAll(sleepingOn.word)
+            }
+        }
+    }
+
+    // MARK: Waiting
+
+    /// Waits here for `doorbell` to ring past `seen` when the caller runs on this executor's
+    /// thread and no other task's wait is registered: `false` (at once, without suspending)
+    /// otherwise, and the caller waits through the doorbell's thread.
+    /// - Throws: `timedOut` at the deadline, `CancellationError` when the task is cancelled.
+    static func waitIfCurrent(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: ContinuousClock.Instant?) async throws -> Bool {
+        let executor = shared
+        guard executor.isCurrent, executor.state.withLock({ $0.wait == nil }) else { return false }
+        let id = executor.state.withLock { state in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                // Counted as a sleeper before the last look (see ``ChannelDoorbell/ring()``); the
+                // wait is uncounted by whoever ends it (the thread's pass or `cancel`).
+                guard doorbell.beginWait(after: seen) else {
+                    continuation.resume()
+                    return
+                }
+                let registered = executor.state.withLock { state -> Bool in
+                    // This runs on the executor's thread, inside a job: no other task can have
+                    // taken the slot since the check above.
+                    guard !Task.isCancelled, state.wait == nil else { return false }
+                    state.wait = Wait(id: id, doorbell: doorbell, seen: seen, deadline: deadline, continuation: continuation)
+                    return true
+                }
+                if registered {
+                    executor.registeredWaits.add(1, ordering: .relaxed)
+                } else {
+                    doorbell.endWaits(1)
+                    continuation.resume(throwing: CancellationError())
+                }
+            }
+        } onCancel: {
+            executor.cancel(id)
+        }
+        return true
+    }
+
+    /// Ends the wait `id` with `CancellationError` if it is still registered (any thread).
+    private func cancel(_ id: UInt64) {
+        let wait = state.withLock { state -> Wait? in
+            guard let wait = state.wait, wait.id == id else { return nil }
+            state.wait = nil
+            return wait
+        }
+        guard let wait else { return }
+        wait.doorbell.endWaits(1)
+        // The resumed task is queued here, which wakes the thread from its sleep on the word.
+        wait.continuation.resume(throwing: CancellationError())
+    }
+
+    // MARK: The thread
+
+    private enum Pass {
+        case run([UnownedJob])
+        case end(Wait, (any Error)?)
+        case sleep(word: UnsafeMutablePointer<UInt32>, expected: UInt32, deadline: ContinuousClock.Instant?, keepAlive: AnyObject)
+        case idle(until: ContinuousClock.Instant)
+        case exit
+    }
+
+    private func run() {
+        baton_set_thread_context(UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()))
+        defer { baton_set_thread_context(nil) }
+        let unowned = asUnownedTaskExecutor()
+        var busy = ContinuousClock.now
+        while true {
+            // Read before the pass: a job queued after it bumps the word, so the sleep below
+            // ends at once.
+            let privateSeen = baton_load32(privateWord)
+            let now = ContinuousClock.now
+            let pass = state.withLock { state -> Pass in
+                if !state.jobs.isEmpty {
+                    defer { state.jobs.removeAll(keepingCapacity: true) }
+                    return .run(state.jobs)
+                }
+                guard let wait = state.wait else {
+                    if now - busy >= Self.idleExit {
+                        state.running = false
+                        return .exit
+                    }
+                    return .idle(until: busy + Self.idleExit)
+                }
+                let raw = wait.doorbell.rawWord
+                if raw / ChannelDoorbell.ringStep != wait.seen {
+                    state.wait = nil
+                    return .end(wait, nil)
+                }
+                if let deadline = wait.deadline, now >= deadline {
+                    state.wait = nil
+                    return .end(wait, ChannelDoorbell.timedOut())
+                }
+                // Published under the lock: a job queued from now on rings this word.
+                state.sleepingOn = (wait.doorbell.word, wait.doorbell.memory)
+                return .sleep(word: wait.doorbell.word, expected: raw, deadline: wait.deadline, keepAlive: wait.doorbell.memory)
+            }
+            switch pass {
+            case .run(let jobs):
+                for job in jobs { job.runSynchronously(on: unowned) }
+                busy = .now
+            case .end(let wait, let error):
+                wait.doorbell.endWaits(1)
+                // The task prefers this executor: resuming it queues its job here.
+                if let error { wait.continuation.resume(throwing: error) } else { wait.continuation.resume() }
+            case .sleep(let word, let expected, let deadline, let keepAlive):
+                if baton_load32(privateWord) == privateSeen {
+                    withExtendedLifetime(keepAlive) {
+                        _ = AddressWait.wait(on: word, expecting: expected, timeoutNanoseconds: AddressWait.timeout(until: deadline))
+                    }
+                }
+                state.withLock { $0.sleepingOn = nil }
+                busy = .now
+            case .idle(let until):
+                if baton_load32(privateWord) == privateSeen {
+                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: AddressWait.timeout(until: until))
+                }
+            case .exit:
+                return
+            }
+        }
+    }
+}
