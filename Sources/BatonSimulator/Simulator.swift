@@ -133,6 +133,9 @@ public final class Simulator: Sendable {
         var coreHolder: Int32?
         var dead10ccKills: [DeadLockKill] = []
         var limitKills: [String: Int] = [:]
+        /// Processes killed for a limit: until they are reaped they still read as running, and
+        /// the next pass of ``watch()`` must not kill (and count) them again.
+        var killedForLimit: Set<Int32> = []
         var peakExtensionResident: UInt64 = 0
         var peakExtensionDirty: UInt64 = 0
         var faultsInjected = 0
@@ -246,6 +249,7 @@ public final class Simulator: Sendable {
         state.withLock { state in
             if state.coreHolder == process.pid { state.coreHolder = nil }
             state.extensions[process.pid] = nil
+            state.killedForLimit.remove(process.pid) // its pid may be reused
             state.stalled.remove(process.pid)
             state.suspended.remove(process.pid)
             if state.app === process {
@@ -577,7 +581,12 @@ public final class Simulator: Sendable {
     }
 
     private func kill(_ process: SimulatedProcess, reason: String, detail: String) {
-        state.withLock { $0.limitKills[reason, default: 0] += 1 }
+        let first = state.withLock { state -> Bool in
+            guard state.killedForLimit.insert(process.pid).inserted else { return false }
+            state.limitKills[reason, default: 0] += 1
+            return true
+        }
+        guard first else { return }
         note(.limit, process: process.label, pid: process.pid, detail: detail)
         process.signal(SIGKILL)
     }
