@@ -103,11 +103,11 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     /// - Throws: `timedOut` at the deadline, `CancellationError` when the task is cancelled.
     static func waitIfCurrent(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: ContinuousClock.Instant?) async throws -> Bool {
         let executor = shared
-        guard executor.isCurrent, executor.state.withLock({ $0.wait == nil }) else { return false }
-        let id = executor.state.withLock { state in
+        guard executor.isCurrent, let id = executor.state.withLock({ state -> UInt64? in
+            guard state.wait == nil else { return nil }
             state.nextID += 1
             return state.nextID
-        }
+        }) else { return false }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 // Counted as a sleeper before the last look (see ``ChannelDoorbell/ring()``); the

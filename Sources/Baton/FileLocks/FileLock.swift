@@ -15,7 +15,8 @@ public enum LockMode: Sendable, Hashable {
 ///
 /// The kernel releases the lock the instant its holder dies, so a crash never leaves it stuck.
 /// Waiting never parks a thread: a waiter sleeps until the kernel reports that the lock file was
-/// closed (inotify on Linux; every release closes the descriptor), then tries again.
+/// closed (``FileEvents``, the kernel layer's file watch; every release closes the descriptor),
+/// then tries again.
 ///
 /// ```swift
 /// let lock = try FileLock(container, name: "migrations.lock")
@@ -151,7 +152,7 @@ public final class HeldFileLock: Sendable {
     /// Whether the lock is still held (false after release or suspension).
     public var isHeld: Bool { state.withLock { $0.file != nil } }
 
-    /// The descriptor while held (for `/proc/locks` checks and advanced use).
+    /// The descriptor while held (for the tests' lock inspection and advanced use).
     package var descriptor: Int32? { state.withLock { $0.file?.rawValue } }
 
     /// Releases the lock (closing the descriptor). Safe to call more than once.

@@ -43,8 +43,8 @@ struct KernelWaitWatch: @unchecked Sendable {
     var keepAlive: AnyObject?
 }
 
-/// A thread that sleeps in the kernel on one word at a time (``AddressWait``: futex on Linux,
-/// `os_sync_wait_on_address` on Apple platforms) and ends the waits registered with it: each
+/// A thread that sleeps in the kernel on one word at a time (``AddressWait``, whose per-platform
+/// files name the system calls) and ends the waits registered with it: each
 /// one when its source's word moves past the generation it saw, at its deadline, or when its
 /// task is cancelled. The one copy of that loop in the library; its clients:
 ///
@@ -62,7 +62,7 @@ struct KernelWaitWatch: @unchecked Sendable {
 /// again (an earlier deadline, a first watcher while it sleeps on its private word, a change of
 /// the source's state: ``wake(start:)``) bumps the private word and, when it sleeps on the
 /// shared word, rings that word too (by a step that is not a ring of the source), so one sleep
-/// covers both without waiting on two words (`futex_waitv`, which Apple platforms lack). The
+/// covers both without a wait on two words at once, which Apple platforms do not offer. The
 /// thread reads the private word before its round and checks it again after it published where
 /// it sleeps: a wake is never lost between the two.
 final class KernelWaitThread: @unchecked Sendable {

@@ -481,19 +481,21 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // the table lock, which every rebuild holds: no retirement can come between its
             // check and the write.
             var slot = 0
+            func write() {
+                if let value { baton_store64(slotState(state.map, slot), value) }
+                baton_add64(slotCounter(state.map, slot), 1)
+            }
             for attempt in 0... {
                 try followRetirement(&state)
                 slot = try findOrCreateSlot(&state, name)
                 if attempt < 4 {
-                    if let value { baton_store64(slotState(state.map, slot), value) }
-                    baton_add64(slotCounter(state.map, slot), 1)
+                    write()
                     if !Self.isRetired(state.map) { break }
                 } else {
                     let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
                     try Sys.flock(lockFile.rawValue, LOCK_EX).get("locking the signal table")
                     guard !Self.isRetired(state.map), !Self.isTruncated(state.map) else { continue }
-                    if let value { baton_store64(slotState(state.map, slot), value) }
-                    baton_add64(slotCounter(state.map, slot), 1)
+                    write()
                     break
                 }
             }
