@@ -23,6 +23,8 @@ typedef struct {
     _Atomic(uintptr_t) start;   // 0: free; 1: being filled
     _Atomic(uintptr_t) length;
     _Atomic(int) fd;
+    _Atomic(int64_t) offset;    // the file offset the mapping starts at
+    _Atomic(uint64_t) repairs;  // faults repaired in this slot (never reset: owners compare)
 } baton_guard_slot;
 
 static baton_guard_slot baton_guard_slots[BATON_GUARD_SLOTS];
@@ -38,9 +40,11 @@ static void baton_guard_handler(int signal_number, siginfo_t *info, void *contex
         uintptr_t length = atomic_load(&baton_guard_slots[index].length);
         if (address < start || address - start >= length) continue;
         int fd = atomic_load(&baton_guard_slots[index].fd);
+        off_t end = (off_t)atomic_load(&baton_guard_slots[index].offset) + (off_t)length;
         struct stat info_of_file;
-        if (fstat(fd, &info_of_file) == 0 && (uintptr_t)info_of_file.st_size < length
-            && ftruncate(fd, (off_t)length) == 0) {
+        if (fstat(fd, &info_of_file) == 0 && info_of_file.st_size < end
+            && ftruncate(fd, end) == 0) {
+            atomic_fetch_add(&baton_guard_slots[index].repairs, 1);
             atomic_fetch_add(&baton_guard_repair_count, 1);
             return;   // the access runs again, now within the file
         }
@@ -79,12 +83,17 @@ static void baton_guard_install(void) {
 }
 
 int baton_mapping_guard_register(void *start, size_t length, int fd) {
+    return baton_mapping_guard_register_at(start, length, fd, 0);
+}
+
+int baton_mapping_guard_register_at(void *start, size_t length, int fd, int64_t offset) {
     if (atomic_load(&baton_guard_state) != 2) baton_guard_install();
     for (int index = 0; index < BATON_GUARD_SLOTS; index++) {
         uintptr_t free_slot = 0;
         if (atomic_compare_exchange_strong(&baton_guard_slots[index].start, &free_slot, 1)) {
             atomic_store(&baton_guard_slots[index].length, (uintptr_t)length);
             atomic_store(&baton_guard_slots[index].fd, fd);
+            atomic_store(&baton_guard_slots[index].offset, offset);
             atomic_store(&baton_guard_slots[index].start, (uintptr_t)start);
             return index;
         }
@@ -98,3 +107,8 @@ void baton_mapping_guard_unregister(int slot) {
 }
 
 uint64_t baton_mapping_guard_repairs(void) { return atomic_load(&baton_guard_repair_count); }
+
+uint64_t baton_mapping_guard_slot_repairs(int slot) {
+    if (slot < 0 || slot >= BATON_GUARD_SLOTS) return 0;
+    return atomic_load(&baton_guard_slots[slot].repairs);
+}

@@ -345,4 +345,34 @@ struct CorruptionFuzzTests {
             _ = try SharedChannel<String>(try SharedContainer(path: directory.path), existingOrNewNamed: "cut", capacity: .unbounded)
         }
     }
+
+    /// Operations look for a cut file through the mapping guard's count of repaired faults (two
+    /// loads) instead of an `fstat` each: the data region cut under a running process faults on
+    /// the next touch, is extended again in the fault handler, and that operation says corrupt.
+    @Test("a channel whose data was cut under a running process: the next touch is repaired and said, not a SIGBUS")
+    func channelDataCutUnderARunningProcess() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/.baton/channels/cut-data"
+        let channel = try SharedChannel<String>(try SharedContainer(path: directory.path), existingOrNewNamed: "cut-data", capacity: .unbounded)
+        for value in ["a", "b", "c"] { try await channel.send(value, deadline: .after(.seconds(5))) }
+        let repairsBefore = MappingGuard.repairs
+        // The header (4,096 bytes) stays; every frame goes.
+        #expect(truncate(path, 4096) == 0)
+        #expect {
+            _ = try channel.tryReceive()
+        } throws: { ($0 as? BatonError)?.code == .corrupt }
+        #expect(MappingGuard.repairs > repairsBefore, "the receive touched the cut data through the guard")
+        var info = stat()
+        #expect(stat(path, &info) == 0 && info.st_size > 4096, "the file was extended again")
+        // Said once: the channel goes on (the lost frames read as zeros and are skipped).
+        try await channel.send("after", deadline: .after(.seconds(5)))
+        var received: [String] = []
+        for _ in 0..<10 {
+            do {
+                guard let value = try channel.tryReceive() else { break }
+                received.append(value)
+            } catch let error as BatonError where error.code == .malformedFrame {}
+        }
+        #expect(received == ["after"])
+    }
 }

@@ -11,7 +11,9 @@ import Synchronization
 /// value, so a change made after the check is never missed. Before it suspends, a waiter watches
 /// the word for a few microseconds (``spin(after:)``, an adaptive, bounded spin like glibc's
 /// adaptive mutex): in a conversation between two running processes the answer usually comes
-/// within that time, and a wait that ends there costs neither side a system call. A waiter that
+/// within that time, and a wait that ends there costs neither side a system call. It does not
+/// spin when the last ring came from the processor it runs on: the ringer cannot run there while
+/// the waiter spins (on one processor, a spin only delays the answer it waits for). A waiter that
 /// suspends counts itself in the header's sleeper count (across processes) before it checks the
 /// word a last time, and the ringer reads that count after it moved the word: so the ringer
 /// makes the wake system call (``AddressWait``) only when some task may be asleep, and never
@@ -25,6 +27,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// The word (for ``ChannelExecutor``, which sleeps on it) and what keeps it mapped.
     let word: UnsafeMutablePointer<UInt32>
     private let sleepers: UnsafeMutablePointer<UInt32>
+    /// The processor of the last ring, plus one (``CurrentProcessor/hint``; 0 unknown).
+    private let ringer: UnsafeMutablePointer<UInt32>
     let memory: ChannelHeaderMemory
     private let thread: KernelWaitThread
 
@@ -41,10 +45,11 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
     static let linger: Duration = .milliseconds(50)
 
-    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, threadName: String) {
+    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, ringer: Int, threadName: String) {
         self.memory = memory
         self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
         self.sleepers = memory.pointer.advanced(by: sleepers).assumingMemoryBound(to: UInt32.self)
+        self.ringer = memory.pointer.advanced(by: ringer).assumingMemoryBound(to: UInt32.self)
         thread = KernelWaitThread(name: threadName, watching: .whileWaited(linger: Self.linger.nanoseconds), timedOut: Self.timedOut)
         thread.attach(self)
     }
@@ -62,6 +67,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// Rings the doorbell: call after the state change is visible (after unlocking). Makes a
     /// system call only when some task (of any process) may be asleep on the word.
     func ring() {
+        let here = CurrentProcessor.hint
+        if baton_load32(ringer) != here { baton_store32(ringer, here) }
         baton_add32(word, Self.ringStep)
         if baton_load32(sleepers) > 0 { AddressWait.wakeAll(word) }
     }
@@ -72,6 +79,11 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// does not halves it (down to ``minSpin``), so a slow peer costs little CPU before the waiter
     /// sleeps in the kernel. Every ``probeInterval``-th wait spins the full ``maxSpin`` anyway, so
     /// the budget recovers once the peer answers quickly again.
+    ///
+    /// No spin at all when the doorbell's last ring came from the processor this thread runs on
+    /// (``CurrentProcessor``): in a conversation the next ring comes from the same peer, which
+    /// cannot run on this processor while the waiter spins there. (Two processes that share one
+    /// processor, as on a loaded machine, would otherwise take turns wasting the spin budget.)
     func spin(after seen: UInt32) -> Bool {
         Self.spin([(self, seen)])
     }
@@ -82,6 +94,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
         func moved() -> Bool { doorbells.contains { $0.doorbell.snapshot() != $0.seen } }
         guard let first = doorbells.first?.doorbell else { return false }
         if moved() { return true }
+        let here = CurrentProcessor.hint
+        if here != 0, doorbells.allSatisfy({ baton_load32($0.doorbell.ringer) == here }) { return false }
         let probe = first.spinCount.wrappingAdd(1, ordering: .relaxed).newValue % probeInterval == 0
         let budget = UInt64(probe ? maxSpin : first.spinBudget.load(ordering: .relaxed))
         let start = baton_monotonic_ns()

@@ -10,6 +10,8 @@ import Synchronization
 /// header (4096 bytes, mapped on its own so the mutex never moves)
 ///   0 magic "BATNCHN1"   8 version   12 capacity kind   16 capacity count   24 CRC-32C of 0..<24
 ///   64  the lock (``SharedMutex``, 16 bytes; held for microseconds)
+///   96  processor of the readable doorbell's last ring   100 of the writable's (hints, see
+///       ``ChannelDoorbell/spin(after:)``; 0 unknown)
 ///   128 readable doorbell (wait word)   132 its sleepers
 ///   136 writable doorbell (wait word)   140 its sleepers
 ///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
@@ -56,6 +58,7 @@ final class ChannelLog: @unchecked Sendable {
 
     static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
     static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
+    static let oReadableRinger = 96, oWritableRinger = 100
     static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
     static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
     static let oRegistrations = 240, registrationSize = 16
@@ -85,6 +88,17 @@ final class ChannelLog: @unchecked Sendable {
     private var pendingRings: (readable: Bool, writable: Bool) = (false, false)
     /// Damage found while opening, said by the first operation (under the lock).
     private var unreportedDamage: String?
+    /// The mapping guard's slots for the header and data mappings (-1: not guarded), written
+    /// under the lock, and the sum of their repair counts when last looked at (see
+    /// ``wasCutShort(_:_:)``).
+    private var headerGuard: Int32 = -1
+    private var dataGuard: Int32 = -1
+    /// Repairs counted in this log's guard slots since they were registered: a slot's count
+    /// when registered (slots are reused), and those of data slots given up on a remap.
+    private var headerGuardBase: UInt64 = 0
+    private var dataGuardBase: UInt64 = 0
+    private var earlierDataRepairs: UInt64 = 0
+    private let guardRepairsSeen = Atomic<UInt64>(0)
     private let container: SharedContainer?
     private let local = Mutex<(events: FileEvents.Subscription?, suspension: SuspensionController.RegistrationToken?)>((nil, nil))
     /// Owner tokens of the container (nil for an in-process channel, whose lock owner is always
@@ -109,8 +123,8 @@ final class ChannelLog: @unchecked Sendable {
         owners = nil
         waiters = .inProcess
         SharedMutex(header.advanced(by: Self.oMutex)).initialize()
-        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
+        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, threadName: "baton-chan-wr")
         baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
     }
 
@@ -179,8 +193,10 @@ final class ChannelLog: @unchecked Sendable {
         self.descriptor = consume file
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
-        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, threadName: "baton-chan-wr")
+        self.headerGuard = MappingGuard.register(header, size: Self.headerSize, fd: fd)
+        self.headerGuardBase = MappingGuard.repairs(in: headerGuard)
+        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, threadName: "baton-chan-wr")
         // Every stored property is set: if this throws, deinit runs and closes the descriptor
         // (closing it here too would close it twice).
         try withLock(opening: true) {}
@@ -212,6 +228,8 @@ final class ChannelLog: @unchecked Sendable {
         case .memory:
             data.deallocate()
         case .file:
+            MappingGuard.unregister(headerGuard)
+            MappingGuard.unregister(dataGuard)
             if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
             // `descriptor` closes itself after this.
         }
@@ -299,12 +317,7 @@ final class ChannelLog: @unchecked Sendable {
     /// holds the lock, and the next locker's repair rings both.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(opening: Bool = false, _ body: () throws -> R) throws -> R {
-        if case .file(let fd, let relativePath, let absolutePath) = storage,
-           try MappedFile.restoreTruncatedSize(fd, to: Self.headerSize + max(mappedDataSize, 1), path: relativePath) {
-            // Another program cut the file short: it is extended again before the mapping is
-            // touched, and the loss of what the cut part held is said.
-            throw BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
-        }
+        if try wasCutShort() { throw cutShortError() }
         let mutex = SharedMutex(header.advanced(by: Self.oMutex))
         let token = try owners?.enter() ?? Self.inProcessToken
         defer { owners?.leave() }
@@ -345,7 +358,40 @@ final class ChannelLog: @unchecked Sendable {
             addField(Self.oMalformed, 1)
             ringOnUnlock(readable: true, writable: true)
         }
-        return try body()
+        let result = try body()
+        // A fault that the mapping guard repaired while `body` ran: it read zeros where the
+        // elements were.
+        if try wasCutShort() { throw cutShortError() }
+        return result
+    }
+
+    /// Whether another program cut the file short since the last look; if so it is extended
+    /// again (zeros) before the mapping is touched further.
+    ///
+    /// With both mappings guarded (``MappingGuard``), a touch past the end of the file was
+    /// repaired in the fault handler, which counted it: two loads and no system call. Unguarded
+    /// (the guard's table was full), one `fstat`.
+    private func wasCutShort() throws -> Bool {
+        guard case .file(let fd, let relativePath, _) = storage else { return false }
+        let size = Self.headerSize + max(mappedDataSize, 1)
+        guard headerGuard >= 0, dataGuard >= 0 || mappedDataSize == 0 else {
+            return try MappedFile.restoreTruncatedSize(fd, to: size, path: relativePath)
+        }
+        let repairs = (MappingGuard.repairs(in: headerGuard) &- headerGuardBase) &+ earlierDataRepairs
+            &+ (dataGuard >= 0 ? MappingGuard.repairs(in: dataGuard) &- dataGuardBase : 0)
+        let seen = guardRepairsSeen.load(ordering: .acquiring)
+        guard repairs != seen else { return false }
+        guard guardRepairsSeen.compareExchange(expected: seen, desired: repairs, ordering: .acquiringAndReleasing).exchanged else {
+            return false // another thread of this process saw it first, and says it
+        }
+        // The guard extended the file when it repaired; extend it again if it was cut since.
+        try MappedFile.restoreTruncatedSize(fd, to: size, path: relativePath)
+        return true
+    }
+
+    private func cutShortError() -> BatonError {
+        guard case .file(_, _, let absolutePath) = storage else { return BatonError(.corrupt, "the channel was cut short") }
+        return BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
     }
 
     /// Asks for doorbells to ring before the lock is released (call under the lock).
@@ -376,7 +422,11 @@ final class ChannelLog: @unchecked Sendable {
             try FileSpace.reserve(fd, from: fileSize, to: Self.headerSize + size, path: relativePath)
         }
         let mapped = try mapData(fd, size: size, relativePath: relativePath)
+        if dataGuard >= 0 { earlierDataRepairs &+= MappingGuard.repairs(in: dataGuard) &- dataGuardBase }
+        MappingGuard.unregister(dataGuard)
         if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
+        dataGuard = MappingGuard.register(mapped, size: size, fd: fd, offset: Self.headerSize)
+        dataGuardBase = MappingGuard.repairs(in: dataGuard)
         data = mapped
         mappedDataSize = size
     }
@@ -634,6 +684,10 @@ final class ChannelLog: @unchecked Sendable {
         case handoff
         /// A rendezvous offer of `waiter`'s case: any receiver that claims the waiter takes it.
         case offer(ChannelWaiterTable.Waiter, case: Int)
+        /// A waiting select's rendezvous send, armed in one critical section: a handoff to a
+        /// registered receiver when one can be claimed (`waiter` is cancelled first: the case
+        /// fired), else an offer of `waiter`'s case (`own` is `nil` in this mode).
+        case handoffOrOffer(ChannelWaiterTable.Waiter, case: Int)
     }
 
     enum AppendResult {
@@ -642,6 +696,8 @@ final class ChannelLog: @unchecked Sendable {
         case refused
         /// `own` was claimed by a counterpart before this append could cancel it.
         case ownClaimed
+        /// ``AppendMode/handoffOrOffer(_:case:)`` found no receiver: the element is offered.
+        case offered
     }
 
     /// Appends a frame for `payload`, written in place in the channel (no intermediate copy).
@@ -664,6 +720,19 @@ final class ChannelLog: @unchecked Sendable {
                 if field(Self.oReady) + field(Self.oTaken) >= limit { return .refused }
             case .offer(let waiter, let index):
                 mark = (Self.markOffer | UInt32(index), waiter.reference)
+            case .handoffOrOffer(let waiter, let index):
+                try ensureSpace(size)
+                if let (entry, reference, receiverCase) = claimRegisteredReceiver(own: waiter) {
+                    if reference == 0 { return .ownClaimed }
+                    ownCancelled = true
+                    clearRegistration(entry)
+                    mark = (Self.markHandoff | UInt32(receiverCase), reference)
+                } else {
+                    // Still waiting (nothing else of this select claimed it meanwhile, or the
+                    // offer would never be taken): offer.
+                    guard waiters.isWaiting(waiter) else { return .ownClaimed }
+                    mark = (Self.markOffer | UInt32(index), waiter.reference)
+                }
             case .handoff:
                 // Room first: once a receiver is claimed, the element must go in.
                 try ensureSpace(size)
@@ -691,6 +760,7 @@ final class ChannelLog: @unchecked Sendable {
             // that needs to ring; an element for a registered receiver always rings.
             let handoff = mark.map { $0.flags & Self.markMask == Self.markHandoff } ?? false
             ringOnUnlock(readable: wasEmpty || handoff)
+            if case .handoffOrOffer = mode, !handoff { return .offered }
             return .appended
         }
     }
@@ -716,20 +786,24 @@ final class ChannelLog: @unchecked Sendable {
     /// `trySend` may claim it. `false` when every registration slot holds a live waiter (the
     /// waiter then only takes offered elements).
     func register(_ waiter: ChannelWaiterTable.Waiter, case index: Int) throws -> Bool {
-        try withLock {
-            var free: Int?
-            for entry in 0..<Self.registrationCount {
-                let reference = baton_load64(registration(entry))
-                if reference == 0 || { if case .gone = waiters.standing(reference) { return true }; return false }() {
-                    clearRegistration(entry)
-                    if free == nil { free = entry }
-                }
+        try withLock { registerLocked(waiter, case: index) }
+    }
+
+    /// ``register(_:case:)`` under the lock.
+    private func registerLocked(_ waiter: ChannelWaiterTable.Waiter, case index: Int) -> Bool {
+        var free: Int?
+        for entry in 0..<Self.registrationCount {
+            let reference = baton_load64(registration(entry))
+            if reference == waiter.reference { return true }
+            if reference == 0 || { if case .gone = waiters.standing(reference) { return true }; return false }() {
+                clearRegistration(entry)
+                if free == nil { free = entry }
             }
-            guard let free else { return false }
-            baton_store32(Self.word(header, Self.oRegistrations + free * Self.registrationSize + 8), UInt32(truncatingIfNeeded: index))
-            baton_store64(registration(free), waiter.reference)
-            return true
         }
+        guard let free else { return false }
+        baton_store32(Self.word(header, Self.oRegistrations + free * Self.registrationSize + 8), UInt32(truncatingIfNeeded: index))
+        baton_store64(registration(free), waiter.reference)
+        return true
     }
 
     /// Removes the registrations of `waiter`.
@@ -802,8 +876,13 @@ final class ChannelLog: @unchecked Sendable {
     /// waiter is left to it (an orphan, whose waiter died, goes to anyone). With `own` (the
     /// caller's registered waiter), `own` is cancelled before anything is taken and its own
     /// offers are skipped; with `addressedTo`, only the handoff addressed to that waiter is taken.
+    ///
+    /// With `registering` (a waiting select arming its rendezvous receive case), `own` is
+    /// registered as a receiver for that case in the same critical section when nothing could be
+    /// taken: a sender that comes later finds the registration, one that came earlier left an
+    /// offer that this take found.
     func take(acknowledge: Bool = false, own: ChannelWaiterTable.Waiter? = nil, addressedTo: ChannelWaiterTable.Waiter? = nil,
-              _ extract: (UnsafeRawBufferPointer, ChannelFrame.Coding) -> Void) throws -> TakeResult {
+              registering: Int? = nil, _ extract: (UnsafeRawBufferPointer, ChannelFrame.Coding) -> Void) throws -> TakeResult {
         var ringWritable = false
         var ringReadable = false
         let result = try withLock { () -> TakeResult in
@@ -915,6 +994,9 @@ final class ChannelLog: @unchecked Sendable {
                 if isClosed && field(Self.oTaken) <= 0 { return .end }
                 return .empty(othersTaking: othersTaking)
             }()
+            if let registering, let own, case .empty = result, waiters.isWaiting(own) {
+                _ = registerLocked(own, case: registering) // all slots live: it takes offers only
+            }
             var closedAfterTake = false
             if acknowledge, case .taken = result, isClosed { closedAfterTake = true }
             ringOnUnlock(readable: ringReadable || closedAfterTake, writable: ringWritable)

@@ -20,13 +20,18 @@ public struct ChannelSelectCase<Outcome> {
     let attempt: (_ own: ChannelWaiterTable.Waiter?) throws -> Attempted
     /// What rings when the case may have become possible.
     let doorbell: ChannelDoorbell
+    /// Whether the case's channel is closed (a closed channel's cases are always ready).
+    let isClosed: () -> Bool
     /// Whether a wait also looks again now and then (for receivers or counterparts in other
     /// processes that died).
     let slowCheck: Bool
-    /// For a rendezvous case: the waiter table, and how to arm the case while the select waits
-    /// (register as a waiting receiver, or offer the element).
+    /// For a rendezvous case: the waiter table, and how to arm the case while the select waits.
+    /// Arming looks and arms in one critical section of the channel: a receive takes an element
+    /// offered to it or registers as a waiting receiver; a send hands its element to a
+    /// registered receiver or offers it. It returns what it armed (`nil` when nothing needs
+    /// undoing) and whether the case fired while arming (the waiter was then cancelled first).
     let waiters: ChannelWaiterTable?
-    let arm: ((_ waiter: ChannelWaiterTable.Waiter, _ index: Int) throws -> Armed)?
+    let arm: ((_ waiter: ChannelWaiterTable.Waiter, _ index: Int) throws -> (armed: Armed?, attempted: Attempted))?
 
     struct Armed {
         /// Completes the case that a counterpart claimed: its handler, or `nil` when the claim
@@ -60,11 +65,11 @@ public struct ChannelSelectCase<Outcome> {
                 }
             },
             doorbell: channel.log.readable,
+            isClosed: { channel.log.isClosed },
             slowCheck: channel.log.storage.isFile,
             waiters: rendezvous ? channel.log.waiters : nil,
             arm: rendezvous ? { waiter, index in
-                _ = try channel.log.register(waiter, case: index)
-                return Armed(
+                let armed = Armed(
                     complete: {
                         while true {
                             switch try channel.attemptReceive(addressedTo: waiter) {
@@ -75,6 +80,20 @@ public struct ChannelSelectCase<Outcome> {
                         }
                     },
                     disarm: { try channel.log.unregister(waiter) })
+                while true {
+                    // Take what is offered, or register, under one lock.
+                    switch try channel.attemptReceive(own: waiter, registering: index) {
+                    case .element(let element): return (nil, .fired { try await handler(element) })
+                    case .end:
+                        if !channel.log.waiters.cancelForOwnMove(waiter) { return (armed, .ownClaimed) }
+                        return (armed, .fired { try await handler(nil) })
+                    case .retry: continue
+                    case .ownClaimed: return (armed, .ownClaimed)
+                    case .empty(let othersTaking):
+                        if othersTaking, try channel.log.recoverDeadTakers() { continue }
+                        return (armed, .notReady)
+                    }
+                }
             } : nil
         )
     }
@@ -95,18 +114,25 @@ public struct ChannelSelectCase<Outcome> {
             attempt: { own in
                 switch try channel.trySend(element, own: own) {
                 case .appended: return .fired { try await handler() }
-                case .refused: return .notReady
+                case .refused, .offered: return .notReady
                 case .ownClaimed: return .ownClaimed
                 }
             },
             doorbell: channel.log.writable,
+            isClosed: { channel.log.isClosed },
             slowCheck: rendezvous && channel.log.storage.isFile,
             waiters: rendezvous ? channel.log.waiters : nil,
             arm: rendezvous ? { waiter, index in
-                let (sendID, _) = try channel.append(element, mode: .offer(waiter, case: index), own: nil)
-                return Armed(
-                    complete: { try channel.log.withdraw(sendID: sendID) ? nil : { try await handler() } },
-                    disarm: { _ = try channel.log.withdraw(sendID: sendID) })
+                // Hand the element to a registered receiver, or offer it, under one lock.
+                let (sendID, result) = try channel.append(element, mode: .handoffOrOffer(waiter, case: index), own: nil)
+                switch result {
+                case .appended: return (nil, .fired { try await handler() })
+                case .offered:
+                    return (Armed(
+                        complete: { try channel.log.withdraw(sendID: sendID) ? nil : { try await handler() } },
+                        disarm: { _ = try channel.log.withdraw(sendID: sendID) }), .notReady)
+                case .ownClaimed, .refused: return (nil, .ownClaimed)
+                }
             } : nil
         )
     }
@@ -159,23 +185,37 @@ public func select<Outcome>(
     // Receives fall back to a slow check for dead takers and dead counterparts; every other
     // wake-up is a doorbell.
     let slow = cases.contains { $0.slowCheck }
+    // Every case rendezvous: arming looks at each case anyway, so there is no first look
+    // without a waiter (one critical section per case instead of two).
+    let armingLooks = table != nil && rendezvous.count == cases.count
+    var first = true
     while true {
-        let seen = doorbells.map { $0.snapshot() }
+        var seen = doorbells.map { $0.snapshot() }
         let start = FastRandom.int(in: 0..<cases.count)
-        for step in 0..<cases.count {
-            if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
+        if armingLooks, !first {
+            // (The first round arms even past the deadline: a ready case still fires.)
+            try Task.checkCancellation()
+            if deadline.hasPassed { throw timedOut() }
         }
-        try Task.checkCancellation()
-        if deadline.hasPassed { throw timedOut() }
+        first = false
+        if !armingLooks {
+            for step in 0..<cases.count {
+                if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
+            }
+            try Task.checkCancellation()
+            if deadline.hasPassed { throw timedOut() }
+        }
         let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
-        let waits: [@Sendable () async throws -> Void] = zip(doorbells, seen).map { doorbell, seen in
-            { try await doorbell.wait(after: seen, deadline: slice, spinning: false) }
+        func waits() -> [@Sendable () async throws -> Void] {
+            zip(doorbells, seen).map { doorbell, seen in
+                { try await doorbell.wait(after: seen, deadline: slice, spinning: false) }
+            }
         }
         guard let table else {
             // Watch every doorbell for a moment before waking a task per case.
             if ChannelDoorbell.spin(Array(zip(doorbells, seen))) { continue }
             do {
-                _ = try await ChannelWaits.first(waits)
+                _ = try await ChannelWaits.first(waits())
             } catch let error as BatonError where error.code == .timedOut {
                 if deadline.hasPassed { throw timedOut() }
             }
@@ -187,16 +227,38 @@ public func select<Outcome>(
         var fired: (() async throws -> Outcome)?
         var failure: (any Error)?
         do {
-            for index in rendezvous { armed[index] = try cases[index].arm!(waiter, index) }
-            look: for step in 0..<cases.count {
-                switch try cases[(start + step) % cases.count].attempt(waiter) {
-                case .fired(let fire): fired = fire; break look
-                case .ownClaimed: break look
-                case .notReady: if !table.isWaiting(waiter) { break look }
+            var settled = false // a case fired, or the waiter was claimed
+            arming: for step in 0..<cases.count {
+                let index = (start + step) % cases.count
+                guard let arm = cases[index].arm else { continue }
+                let (armedCase, attempted) = try arm(waiter, index)
+                if let armedCase { armed[index] = armedCase }
+                switch attempted {
+                case .fired(let fire): fired = fire; settled = true; break arming
+                case .ownClaimed: settled = true; break arming
+                case .notReady: continue
                 }
             }
-            if fired == nil && table.isWaiting(waiter) {
-                if !ChannelDoorbell.spin(Array(zip(doorbells, seen))) { _ = try await ChannelWaits.first(waits) }
+            // The other cases (not rendezvous) once more: a counterpart that arrived meanwhile
+            // rang after this look, or this look sees it.
+            if !settled {
+                look: for step in 0..<cases.count where cases[(start + step) % cases.count].arm == nil {
+                    switch try cases[(start + step) % cases.count].attempt(waiter) {
+                    case .fired(let fire): fired = fire; break look
+                    case .ownClaimed: break look
+                    case .notReady: if !table.isWaiting(waiter) { break look }
+                    }
+                }
+            }
+            if fired == nil, armingLooks, table.isWaiting(waiter) {
+                // Every way a rendezvous case completes now claims the waiter first and rings
+                // after: read the doorbells again (not to wake for this select's own offers),
+                // then look at the claim word and at closing.
+                seen = doorbells.map { $0.snapshot() }
+                if cases.contains(where: { $0.isClosed() }) { settled = true }
+            }
+            if fired == nil && !settled && table.isWaiting(waiter) {
+                if !ChannelDoorbell.spin(Array(zip(doorbells, seen))) { _ = try await ChannelWaits.first(waits()) }
             }
         } catch {
             failure = error

@@ -263,13 +263,14 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == String)
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
-    func attemptReceive(own: ChannelWaiterTable.Waiter? = nil, addressedTo: ChannelWaiterTable.Waiter? = nil) throws -> Attempt {
+    /// `registering`: see ``ChannelLog/take(acknowledge:own:addressedTo:registering:_:)``.
+    func attemptReceive(own: ChannelWaiterTable.Waiter? = nil, addressedTo: ChannelWaiterTable.Waiter? = nil, registering: Int? = nil) throws -> Attempt {
         if representation != .json {
             // Text and bytes become the element by copying them out of the channel, which cannot
             // fail: take, copy and acknowledge in one critical section.
             var decoded: Element?
             var failure: (any Error)?
-            switch try log.take(acknowledge: true, own: own, addressedTo: addressedTo, { payload, coding in
+            switch try log.take(acknowledge: true, own: own, addressedTo: addressedTo, registering: registering, { payload, coding in
                 do { decoded = try decodeInPlace(payload, coding: coding) } catch { failure = error }
             }) {
             case .taken:
@@ -282,7 +283,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
             }
         }
         var payload: [UInt8] = []
-        switch try log.take(own: own, addressedTo: addressedTo, { bytes, _ in payload = [UInt8](bytes) }) {
+        switch try log.take(own: own, addressedTo: addressedTo, registering: registering, { bytes, _ in payload = [UInt8](bytes) }) {
         case .taken(let taken):
             let element: Element
             do {

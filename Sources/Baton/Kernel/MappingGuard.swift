@@ -20,6 +20,17 @@ package enum MappingGuard {
         baton_mapping_guard_register(pointer, size, fd)
     }
 
+    /// ``register(_:size:fd:)`` for a mapping of `fd` from file offset `offset`.
+    static func register(_ pointer: UnsafeMutableRawPointer, size: Int, fd: Int32, offset: Int) -> Int32 {
+        baton_mapping_guard_register_at(pointer, size, fd, Int64(offset))
+    }
+
+    /// How many faults the guard repaired in `slot` so far: an owner that remembers the count
+    /// learns, with one load and no system call, that its file was cut short since.
+    static func repairs(in slot: Int32) -> UInt64 {
+        baton_mapping_guard_slot_repairs(slot)
+    }
+
     /// Forgets a registration (a negative slot is ignored).
     static func unregister(_ slot: Int32) {
         baton_mapping_guard_unregister(slot)

@@ -18,6 +18,11 @@
 // mapping's file back to the mapping's length when another program cut it short.
 /// Registers a mapping of `fd` at `start` for `length` bytes; returns its slot (-1: not guarded).
 int baton_mapping_guard_register(void *start, size_t length, int fd);
+/// baton_mapping_guard_register for a mapping of `fd` from file offset `offset`: a fault is
+/// repaired by extending the file to `offset + length`.
+int baton_mapping_guard_register_at(void *start, size_t length, int fd, int64_t offset);
+/// How many faults the guard repaired in `slot` (it only grows; compare with an earlier value).
+uint64_t baton_mapping_guard_slot_repairs(int slot);
 /// Forgets a mapping (before it is unmapped or its descriptor closed).
 void baton_mapping_guard_unregister(int slot);
 /// How many faults the guard repaired in this process.

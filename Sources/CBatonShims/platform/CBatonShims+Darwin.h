@@ -17,6 +17,16 @@
 #include <sys/sysctl.h>                   // sysctlbyname
 #include <os/os_sync_wait_on_address.h>   // libplatform: os_sync_* (iOS 17.4, macOS 14.4)
 
+/// The number of the CPU the calling thread ran on when asked, or -1 when the kernel does not
+/// say. libpthread pthread.h: `int pthread_cpu_number_np(size_t *cpu_number_out)`, macOS 11.0,
+/// iOS 14.2 ("The CPU number that the thread was running on at the time of query ... in the
+/// interval [0, ncpus)"; returns 0 or an errno).
+static inline int baton_darwin_current_cpu(void) {
+    size_t number = 0;
+    if (pthread_cpu_number_np(&number) != 0 || number > (size_t)INT32_MAX) return -1;
+    return (int)number;
+}
+
 /// Waits while the 32-bit word at `addr` (in memory that may be shared between processes) holds
 /// `expected`. `timeout_ns` < 0 waits forever. Returns >= 0 when woken or the word differs, or -1
 /// with errno (ETIMEDOUT, EINTR, EFAULT).

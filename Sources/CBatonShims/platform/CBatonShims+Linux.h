@@ -30,6 +30,14 @@ static inline int baton_linux_futex_wake(uint32_t *addr, int count) {
     return (int)syscall(SYS_futex, addr, FUTEX_WAKE, count, NULL, NULL, 0);
 }
 
+// glibc's <sched.h> declares sched_getcpu only under _GNU_SOURCE, which the shim does not define;
+// the function is in every glibc since 2.6 (sched_getcpu(3)), and reads the CPU number from the
+// thread's rseq area (glibc >= 2.35) or the vDSO: no system call.
+extern int sched_getcpu(void);
+
+/// The number of the CPU the calling thread ran on when asked, or -1 when the kernel does not say.
+static inline int baton_linux_current_cpu(void) { return sched_getcpu(); }
+
 /// Monotonic nanoseconds (CLOCK_MONOTONIC: one clock for every process of the machine).
 static inline uint64_t baton_monotonic_ns(void) {
     struct timespec ts;

@@ -19,4 +19,10 @@ int pthread_mutex_consistent(pthread_mutex_t *) __attribute__((unavailable("not 
 #error "the Apple check must not define _GNU_SOURCE: glibc's two-argument pthread_setname_np would clash"
 #endif
 int pthread_setname_np(const char *);
+// Source: Apple libpthread include/pthread/pthread.h, as shipped in the macOS SDK (read from the
+// copy in ziglang/zig lib/libc/include/any-macos-any/pthread.h):
+// `__API_AVAILABLE(macos(11.0), ios(14.2), tvos(14.2), watchos(7.1))
+//  int pthread_cpu_number_np(size_t *cpu_number_out);` (0 or an errno; the CPU number the thread
+// was running on at the time of query, in [0, hw.ncpu)).
+int pthread_cpu_number_np(size_t *cpu_number_out);
 #endif
