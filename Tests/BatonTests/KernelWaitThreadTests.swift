@@ -1,4 +1,5 @@
 @testable import Baton
+import Foundation
 import CBatonShims
 import Synchronization
 import Testing
@@ -139,19 +140,26 @@ struct KernelWaitThreadTests {
 
     // MARK: One thread, many waits
 
+    /// Two words of private memory, kept allocated while a thread may sleep on them.
+    final class TestWords: @unchecked Sendable {
+        // @unchecked: the words are touched only with atomics.
+        let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 2)
+        init() { word.initialize(repeating: 0, count: 2) }
+        deinit { word.deallocate() }
+    }
+
     /// A word in private memory rung like a channel doorbell (generation = value / 256).
     final class TestBell: KernelWaitSource, @unchecked Sendable {
         // @unchecked: `word` and `sleepers` are touched only with atomics.
-        let word = UnsafeMutablePointer<UInt32>.allocate(capacity: 2)
+        let memory = TestWords()
+        var word: UnsafeMutablePointer<UInt32> { memory.word }
         var sleepers: UnsafeMutablePointer<UInt32> { word + 1 }
-        let thread = KernelWaitThread(name: "baton-test-wait", watching: .whileWaited(linger: 20_000_000))
+        let thread: KernelWaitThread
 
-        init() {
-            word.initialize(repeating: 0, count: 2)
+        init(threadName: String = "baton-test-wait") {
+            thread = KernelWaitThread(name: threadName, watching: .whileWaited(linger: 20_000_000))
             thread.attach(self)
         }
-
-        deinit { word.deallocate() }
 
         var generation: UInt32 { baton_load32(word) / 256 }
 
@@ -173,7 +181,7 @@ struct KernelWaitThreadTests {
 
         func prepareToSleep() -> KernelWaitWatch? {
             let current = baton_load32(word)
-            return KernelWaitWatch(word: word, expected: current, generation: current / 256, keepAlive: nil)
+            return KernelWaitWatch(word: word, expected: current, generation: current / 256, keepAlive: memory)
         }
 
         func endWaits(_ count: Int) { baton_sub32(sleepers, UInt32(count)) }
@@ -193,6 +201,53 @@ struct KernelWaitThreadTests {
         } catch {
             return (.other, ContinuousClock.now - start)
         }
+    }
+
+    /// How many of this process's threads are named `name` (Linux: `/proc/self/task/*/comm`).
+    static func threads(named name: String) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.filter { task in
+            let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            return comm.trimmingCharacters(in: .whitespacesAndNewlines) == name
+        }.count
+    }
+
+    @Test("the thread does not keep its source alive while it sleeps, and ends once the source is gone: the waits left end with CancellationError")
+    func threadEndsWithItsSource() async throws {
+        let name = "baton-test-gone" // this test's alone (15 bytes, the most a thread name keeps)
+        var bell: TestBell? = TestBell(threadName: name)
+        weak let gone = bell
+        let thread = try #require(bell?.thread)
+        // A wait on the thread alone (a deadline-only wait, no deadline): it holds the thread,
+        // not the source.
+        let waiting = Task { await Self.ending { try await thread.wait(after: nil, deadline: nil) } }
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            waiting.cancel()
+        }
+        defer { watchdog.cancel() }
+        let start = ContinuousClock.now
+        while thread.registered < 1 || Self.threads(named: name) < 1, ContinuousClock.now - start < .seconds(30) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try #require(thread.registered == 1)
+        try #require(Self.threads(named: name) == 1)
+        bell = nil
+        #expect(gone == nil, "the sleeping thread keeps its source alive")
+        // A source's deinit shuts the thread down (which wakes it); this one only goes, so wake
+        // the thread as any change would: its round finds the source gone and ends it.
+        thread.wake()
+        let (ending, elapsed) = await waiting.value
+        #expect(ending == .cancelled)
+        #expect(elapsed < .seconds(30), "the wait ended only by the watchdog's cancellation")
+        while Self.threads(named: name) > 0, ContinuousClock.now - start < .seconds(60) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(Self.threads(named: name) == 0)
+        // A stopped thread refuses new waits at once (a running one would end this one at its
+        // deadline).
+        let (late, _) = await Self.ending { try await thread.wait(after: nil, deadline: .now + .seconds(5)) }
+        #expect(late == .cancelled)
     }
 
     @Test("many waits on one thread: each times out at its own deadline, the others wake on the ring, a cancelled one leaves the rest waiting")

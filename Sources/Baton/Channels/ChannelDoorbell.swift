@@ -135,6 +135,10 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// Stops the thread (the channel is going away).
     func shutdown() { thread.shutdown() }
 
+    /// The thread holds its source only while it goes round: stop it (and wake it to end) when
+    /// the doorbell goes, whoever held it last.
+    deinit { thread.shutdown() }
+
     // MARK: KernelWaitSource
 
     func prepareToSleep() -> KernelWaitWatch? {

@@ -22,9 +22,15 @@ package final class MappedFile: @unchecked Sendable {
     /// than `minimumSize`, it is extended with zeros first, its blocks reserved
     /// (``FileSpace``): a full disk throws `noSpace` here instead of a `SIGBUS` on a later write
     /// through the mapping.
-    package init(_ container: SharedContainer, relativePath: String, minimumSize: Int, create: Bool = true) throws {
+    package convenience init(_ container: SharedContainer, relativePath: String, minimumSize: Int, create: Bool = true) throws {
+        try self.init(container.files, relativePath: relativePath, minimumSize: minimumSize, create: create)
+    }
+
+    /// ``init(_:relativePath:minimumSize:create:)`` through the container's files (for a part
+    /// that holds those rather than the container).
+    package init(_ files: ContainerFiles, relativePath: String, minimumSize: Int, create: Bool = true) throws {
         // A throw before it is stored closes the descriptor.
-        let descriptor = try container.openDescriptor(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
+        let descriptor = try files.openDescriptor(relativePath, flags: O_RDWR | (create ? O_CREAT : 0))
         let fd = descriptor.rawValue
         var size = Int(try Sys.fstat(fd).get("checking \(relativePath)").st_size)
         if size < minimumSize {

@@ -52,33 +52,37 @@ public final class SharedContainer: Sendable {
         }
     }
 
+    /// The `.baton` directory and the file operations on it. The parts the container keeps
+    /// (``signals``) hold this, never the container itself: a container object is freed, with
+    /// its parts' threads and mappings, once nobody else holds it.
+    package let files: ContainerFiles
+
     /// The container directory.
-    public let path: String
+    public var path: String { files.path }
     /// `path` + `/.baton`.
-    public let batonPath: String
+    public var batonPath: String { files.batonPath }
     /// The options the container was opened with.
-    public let options: Options
+    public var options: Options { files.options }
     /// Where Baton reports what it repaired or decided on its own (recoveries, take-overs,
     /// overtaken holders, rebuilt tables, skipped dead tickets, refused stale epochs); `nil`
     /// (the default) logs nothing. Each message has the metadata `baton.event`.
-    public let logger: Logger?
+    public var logger: Logger? { files.logger }
     /// ``logger`` with the container's name, for the engines.
-    package var diagnostics: Diagnostics { Diagnostics(logger: logger, container: path) }
+    package var diagnostics: Diagnostics { files.diagnostics }
 
-    /// A descriptor of `.baton`, used with the `*at` calls so no path is resolved twice.
-    private let directoryDescriptor: FileDescriptor
-    /// ``directoryDescriptor``'s number, borrowed for `*at` calls while the container lives.
-    package var directory: Int32 { directoryDescriptor.rawValue }
+    /// A descriptor of `.baton`, borrowed for `*at` calls while the container lives.
+    package var directory: Int32 { files.directory }
 
     /// The process-wide suspension state of this container: see ``suspend()``.
     public let suspension: SuspensionController
     /// This process's owner token in the container, and liveness checks of others'.
     package let owners: OwnerTokens
 
+    /// Parts made on first use and kept for the container's life. None of them refers back to
+    /// the container (see ``files``).
     private let lazyParts = Mutex<LazyParts>(LazyParts())
     private struct LazyParts {
         var signals: Signals?
-        var presence: Presence?
     }
 
     /// The longest relative path Baton itself creates under `.baton` (e.g. `defaults/<suite>.log`
@@ -109,7 +113,6 @@ public final class SharedContainer: Sendable {
     ///   - logger: Where Baton reports its repairs and decisions (see ``logger``); nil logs nothing.
     /// - Throws: See ``init(at:options:logger:)``.
     public init(path: String, options: Options = Options(), logger: Logger? = nil) throws {
-        self.logger = logger
         var path = path
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
         guard !path.isEmpty else {
@@ -157,10 +160,7 @@ public final class SharedContainer: Sendable {
         try Self.checkOwnership(try Sys.fstat(directory.rawValue).get("checking \(path)/.baton"), of: path + "/.baton", options: options)
         let owners = try OwnerTokens(directory: directory.rawValue, batonPath: path + "/.baton", fileMode: mode_t(options.fileMode))
 
-        self.path = path
-        self.batonPath = path + "/.baton"
-        self.options = options
-        self.directoryDescriptor = directory
+        self.files = ContainerFiles(path: path, options: options, logger: logger, directory: directory)
         self.suspension = SuspensionController()
         self.owners = owners
         // Registered first, so suspended last (after every part released what it owns) and
@@ -202,15 +202,9 @@ public final class SharedContainer: Sendable {
         }
     }
 
-    /// Which processes are alive in this container.
-    public var presence: Presence {
-        lazyParts.withLock { parts in
-            if let presence = parts.presence { return presence }
-            let presence = Presence(container: self)
-            parts.presence = presence
-            return presence
-        }
-    }
+    /// Which processes are alive in this container. (It keeps no state of its own: each use
+    /// gets a new one, which holds the container; the container does not hold it.)
+    public var presence: Presence { Presence(container: self) }
 
     /// Releases every kernel lock Baton holds for this container in this process, before the
     /// process is suspended. Calls nest: each needs a matching ``resume()``.
@@ -236,43 +230,14 @@ public final class SharedContainer: Sendable {
         }
     }
 
-    /// Opens a file relative to `.baton` with `O_CLOEXEC | O_NOFOLLOW`, creating it with the
-    /// container's file mode when `O_CREAT` is given. Unless `flags` has `O_DIRECTORY`, the file
-    /// must be a regular file: it is opened with `O_NONBLOCK` (so a FIFO planted in its place
-    /// cannot block the open), checked, and then made blocking again.
-    /// - Returns: The open file, closed when the returned value goes away.
-    /// - Throws: `notARegularFile` for a FIFO, directory, device or socket; `symbolicLink`.
+    /// See ``ContainerFiles/openDescriptor(_:flags:)``.
     package func openDescriptor(_ relativePath: String, flags: Int32) throws -> FileDescriptor {
-        let regular = flags & O_DIRECTORY == 0
-        let fd: FileDescriptor
-        switch Sys.openat(directory, relativePath, regular ? flags | O_NONBLOCK : flags, mode_t(options.fileMode)) {
-        case .success(let value): fd = FileDescriptor(adopting: value)
-        case .failure(let error) where error.errno == ELOOP:
-            throw BatonError(.symbolicLink, "\(batonPath)/\(relativePath) is a symbolic link; Baton never follows links inside its directory. Remove it.", cause: error)
-        case .failure(let error) where regular && (error.errno == EISDIR || error.errno == ENXIO):
-            throw Self.notRegular(batonPath + "/" + relativePath, cause: error)
-        case .failure(let error):
-            throw BatonError.system(error, "opening \(batonPath)/\(relativePath)")
-        }
-        guard regular else { return fd }
-        // A throw from here closes `fd`.
-        let info = try Sys.fstat(fd.rawValue).get("checking \(batonPath)/\(relativePath)")
-        guard info.st_mode & S_IFMT == S_IFREG else { throw Self.notRegular(batonPath + "/" + relativePath) }
-        // Blocking again (no effect on a regular file's I/O; cleared so no caller is surprised).
-        _ = fcntl(fd.rawValue, F_SETFL, fcntl(fd.rawValue, F_GETFL) & ~O_NONBLOCK)
-        if flags & O_CREAT != 0, case let code = options.fileProtection.apply(to: fd.rawValue), code != 0 {
-            throw BatonError.system(SystemCallError(call: "fcntl(F_SETPROTECTIONCLASS)", errno: code), "protecting \(batonPath)/\(relativePath)")
-        }
-        return fd
+        try files.openDescriptor(relativePath, flags: flags)
     }
 
-    /// ``openDescriptor(_:flags:)``, or `nil` when the file does not exist.
+    /// See ``ContainerFiles/openDescriptorIfPresent(_:flags:)``.
     package func openDescriptorIfPresent(_ relativePath: String, flags: Int32) throws -> FileDescriptor? {
-        do {
-            return try openDescriptor(relativePath, flags: flags)
-        } catch let error as BatonError where error.code == .notFound {
-            return nil
-        }
+        try files.openDescriptorIfPresent(relativePath, flags: flags)
     }
 
     /// ``openDescriptor(_:flags:)`` returning a bare number the caller must close.
@@ -281,58 +246,17 @@ public final class SharedContainer: Sendable {
         try openDescriptor(relativePath, flags: flags).release()
     }
 
-    /// The error for a path that must be a regular file and is not.
-    private static func notRegular(_ path: String, cause: SystemCallError? = nil) -> BatonError {
-        BatonError(.notARegularFile, "\(path) is not a regular file (a FIFO, directory, device or socket is in its place); remove it so Baton can create its own", cause: cause)
-    }
-
-    /// Creates a subdirectory of `.baton` if missing (mode from ``Options``).
-    package func makeDirectory(_ relativePath: String) throws {
-        switch Sys.mkdirat(directory, relativePath, mode_t(options.directoryMode)) {
-        case .success: return
-        case .failure(let error) where error.errno == EEXIST:
-            let info = try Sys.fstatat(directory, relativePath).get("checking \(batonPath)/\(relativePath)")
-            guard info.st_mode & S_IFMT == S_IFDIR else {
-                throw BatonError(.notADirectory, "\(batonPath)/\(relativePath) exists but is not a directory; remove it")
-            }
-        case .failure(let error):
-            throw BatonError.system(error, "creating \(batonPath)/\(relativePath)")
-        }
-    }
+    /// See ``ContainerFiles/makeDirectory(_:)``.
+    package func makeDirectory(_ relativePath: String) throws { try files.makeDirectory(relativePath) }
 
     /// The absolute path of a file under `.baton`.
-    package func absolutePath(_ relativePath: String) -> String { batonPath + "/" + relativePath }
+    package func absolutePath(_ relativePath: String) -> String { files.absolutePath(relativePath) }
 
-    /// Replaces a file under `.baton` atomically: write a temporary file, fsync, rename over the
-    /// old one, fsync the directory. Readers see the old or the new content, never a mix.
+    /// See ``ContainerFiles/replaceFile(_:with:)``.
     package func replaceFile(_ relativePath: String, with bytes: some Collection<UInt8>) throws {
-        let temporary = relativePath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let file = try openDescriptor(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
-        do {
-            let data = Array(bytes)
-            try data.withUnsafeBytes { try Sys.pwriteAll(file.rawValue, $0, at: 0).get("writing \(temporary)") }
-            try DurableSync.sync(file.rawValue).get("syncing \(temporary)")
-        } catch {
-            file.close()
-            _ = Sys.unlinkat(directory, temporary)
-            throw error
-        }
-        file.close()
-        do {
-            try Sys.renameat(directory, temporary, directory, relativePath).get("renaming \(temporary) to \(relativePath)")
-            _ = Sys.fsync(directory)
-        } catch {
-            _ = Sys.unlinkat(directory, temporary)
-            throw error
-        }
+        try files.replaceFile(relativePath, with: bytes)
     }
 
-    /// Reads a whole small file under `.baton`; `nil` when it does not exist.
-    package func readFile(_ relativePath: String) throws -> [UInt8]? {
-        switch Sys.readFile(directory, relativePath) {
-        case .success(let bytes): return bytes
-        case .failure(let error) where error.errno == ENOENT: return nil
-        case .failure(let error): throw BatonError.system(error, "reading \(batonPath)/\(relativePath)")
-        }
-    }
+    /// See ``ContainerFiles/readFile(_:)``.
+    package func readFile(_ relativePath: String) throws -> [UInt8]? { try files.readFile(relativePath) }
 }

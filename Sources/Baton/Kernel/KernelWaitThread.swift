@@ -3,6 +3,11 @@ import Synchronization
 
 /// What a ``KernelWaitThread`` watches besides its deadlines: a word, usually in memory shared
 /// with other processes, that those processes ring (a channel doorbell, a signal-table entry).
+///
+/// The source owns its thread; the thread holds the source only while it goes round, never
+/// while it sleeps, so a source's `deinit` runs once its owners let go: it calls the thread's
+/// ``KernelWaitThread/shutdown()`` (which wakes the thread to end). What keeps the watched word
+/// mapped during a sleep is the watch's `keepAlive`, not the source.
 protocol KernelWaitSource: AnyObject, Sendable {
     /// Called on the thread at the start of each round, never under the thread's lock: deliver
     /// whatever arrived, then say which word to sleep on, read *before* the last look at the
@@ -81,6 +86,8 @@ final class KernelWaitThread: @unchecked Sendable {
     private struct Locked {
         var machine: KernelWaitState<Resumption, KernelWaitWatch>
         weak var source: (any KernelWaitSource)?
+        /// Whether a source was attached: once it is gone, the thread ends.
+        var attached = false
     }
 
     private let name: String
@@ -105,9 +112,14 @@ final class KernelWaitThread: @unchecked Sendable {
     deinit { privateWord.deallocate() }
 
     /// Sets the source whose word the thread watches (held weakly: the source owns the
-    /// thread). Call once, before the first wait or wake.
+    /// thread). Call once, before the first wait or wake. The thread holds the source only
+    /// while it goes round, never while it sleeps, and ends in the first round that finds it
+    /// gone: the source's `deinit` calls ``shutdown()``, which wakes the thread for that round.
     func attach(_ source: any KernelWaitSource) {
-        state.withLock { $0.source = source }
+        state.withLock {
+            $0.source = source
+            $0.attached = true
+        }
     }
 
     // MARK: Time
@@ -153,6 +165,8 @@ final class KernelWaitThread: @unchecked Sendable {
                     guard case .registered(let wake) = locked.machine.add(id: id, seen: seen, deadline: time, resumption: .task(continuation)) else {
                         return .refused
                     }
+                    // (The caller is a method of the source, which holds it: this reference
+                    // is never its last, so the source's deinit never runs under the lock.)
                     if let seen, let source = locked.source, !source.beginWait(after: seen) {
                         _ = locked.machine.remove(id)
                         return .moved(wake)
@@ -234,30 +248,13 @@ final class KernelWaitThread: @unchecked Sendable {
     // MARK: The thread
 
     private func run() {
-        // Held strongly while the thread runs (the source owns this object, not the reverse).
-        let source = state.withLock { $0.source }
         while true {
             let privateSeen = baton_load32(privateWord)
-            let watch = source?.prepareToSleep()
-            let round = state.withLock { $0.machine.round(watch: watch.map { ($0, $0.generation) }, clock: Self.now) }
-            if round.endedWatches > 0 { source?.endWaits(round.endedWatches) }
-            for (resumption, ending) in round.ended {
-                switch (resumption, ending) {
-                case (.task(let continuation), .ready): continuation.resume()
-                case (.task(let continuation), .expired): continuation.resume(throwing: timedOut())
-                case (.task(let continuation), .abandoned): continuation.resume(throwing: CancellationError())
-                case (.callback(let fire), .expired): fire()
-                case (.callback, _): break // never ready (no `seen`); dropped when abandoned
-                }
-            }
-            if round.sleep == .exit {
-                source?.roundEnded()
-                return
-            }
-            // A wake after `privateSeen` either found the place published above and rang it, or
-            // bumped the private word before this look.
+            guard let (sleep, watch) = goRound() else { return }
+            // A wake after `privateSeen` either found the place published by the round and rang
+            // it, or bumped the private word before this look.
             if baton_load32(privateWord) == privateSeen {
-                switch round.sleep {
+                switch sleep {
                 case .exit:
                     break
                 case .privateWord(let until):
@@ -270,8 +267,40 @@ final class KernelWaitThread: @unchecked Sendable {
                     }
                 }
             }
+            // (Outside the lock: the reference taken here may be the source's last one.)
+            let source = state.withLock { $0.source }
             source?.roundEnded()
             state.withLock { $0.machine.woke() }
         }
+    }
+
+    /// One round of the thread: the source delivers and says where to sleep, the waits that
+    /// are due end, and the machine publishes where the thread sleeps. Holds the source only
+    /// here, so that the thread never keeps it alive while it sleeps.
+    /// - Returns: Where to sleep and the watch the source offered; `nil` when the thread ends
+    ///   (shut down, or its source is gone).
+    private func goRound() -> (sleep: KernelWaitState<Resumption, KernelWaitWatch>.Sleep, watch: KernelWaitWatch?)? {
+        let source = state.withLock { locked -> (any KernelWaitSource)? in
+            let source = locked.source
+            if source == nil && locked.attached { _ = locked.machine.shutdown() } // the thread itself is awake
+            return source
+        }
+        let watch = source?.prepareToSleep()
+        let round = state.withLock { $0.machine.round(watch: watch.map { ($0, $0.generation) }, clock: Self.now) }
+        if round.endedWatches > 0 { source?.endWaits(round.endedWatches) }
+        for (resumption, ending) in round.ended {
+            switch (resumption, ending) {
+            case (.task(let continuation), .ready): continuation.resume()
+            case (.task(let continuation), .expired): continuation.resume(throwing: timedOut())
+            case (.task(let continuation), .abandoned): continuation.resume(throwing: CancellationError())
+            case (.callback(let fire), .expired): fire()
+            case (.callback, _): break // never ready (no `seen`); dropped when abandoned
+            }
+        }
+        if round.sleep == .exit {
+            source?.roundEnded()
+            return nil
+        }
+        return (round.sleep, watch)
     }
 }

@@ -268,9 +268,19 @@ public final class PresenceRegistration: SuspensionParticipant {
             return state.token
         }
         if token == nil {
-            let token = container.suspension.register(self)
+            let token = container.suspension.register(SuspensionForwarder(self))
             state.withLock { $0.token = token }
         }
+    }
+
+    /// What the container's suspension controller holds: the registration weakly, so that one
+    /// dropped without ``release()`` is deinitialized (and releases its lock) rather than kept
+    /// alive by its container, and keeping its container alive in turn.
+    private final class SuspensionForwarder: SuspensionParticipant {
+        weak let registration: PresenceRegistration?
+        init(_ registration: PresenceRegistration) { self.registration = registration }
+        func suspend() async { await registration?.suspend() }
+        func resume() async throws { try await registration?.resume() }
     }
 
     /// Unregisters: removes the presence file and releases the lock.

@@ -54,7 +54,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     static let fileName = "signals"
     static let lockName = "signals.lock"
 
-    private let container: SharedContainer
+    /// The container's directory and owner tokens, not the container: the container keeps its
+    /// ``Signals`` (and so this table) for its whole life, so a reference back to it would keep
+    /// it, this table, the thread and the mapping alive forever.
+    private let files: ContainerFiles
+    private let owners: OwnerTokens
 
     private struct Observed {
         weak var observer: SignalObserver?
@@ -102,10 +106,34 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private let jobs = Mutex<[UnownedJob]>([])
 
     init(container: SharedContainer) throws {
-        self.container = container
-        state = Mutex(State(map: try Self.openValidTable(container)))
+        files = container.files
+        owners = container.owners
+        state = Mutex(State(map: try Self.openValidTable(container.files)))
         threadExecutor.table = self
         thread.attach(self)
+    }
+
+    /// The table is gone (the container, its ``Signals`` and every observation are): frees this
+    /// process's entry for other processes (even if this container's owner token lives on in
+    /// another of its parts), and stops the signal thread, which holds the table only while it
+    /// goes round, never while it sleeps. Jobs queued for the thread and not run yet go to the
+    /// global executor.
+    deinit {
+        state.withLock { state in
+            // A truncated table is left alone (its pages would fault); it is rebuilt on next use.
+            guard !Self.isTruncated(state.map) else { return }
+            // (Observers whose own deinit did not unregister them yet: none is alive, or it
+            // would hold this table.)
+            for observed in state.observers.values { baton_sub32(slotWord(state.map, observed.slot, 32), 1) }
+            if state.countedAsWaiter { baton_sub32(Self.word(state.map, 128), 1) }
+            if let entry = state.entry {
+                baton_store64(entryInterest(state.map, entry), 0)
+                baton_store32(entryWord(state.map, entry, 8), 0)
+                _ = baton_cas64(entryToken(state.map, entry), state.entryToken, 0)
+            }
+        }
+        thread.shutdown()
+        for job in jobs.withLock({ $0 }) { globalConcurrentExecutor.enqueue(job) }
     }
 
     /// Runs `body` under the state's lock, then drops the observers it kept alive outside it.
@@ -120,27 +148,27 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     // MARK: Opening, validating, rebuilding
 
-    private static func openValidTable(_ container: SharedContainer, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
-        if retired == nil, let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+    private static func openValidTable(_ files: ContainerFiles, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
+        if retired == nil, let map = try? MappedFile(files, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map) {
             return map
         }
         // Create or rebuild under the table lock (held for microseconds).
-        let lockFile = try container.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
+        let lockFile = try files.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
         let lockFD = lockFile.rawValue
         try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
-        if let map = try? MappedFile(container, relativePath: fileName, minimumSize: 0, create: false),
+        if let map = try? MappedFile(files, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map),
            retired.map({ $0.fd != map.fd && !sameFile($0, map) }) ?? true {
             return map
         }
         let temporary = fileName + ".new-\(getpid())"
-        _ = Sys.unlinkat(container.directory, temporary)
+        _ = Sys.unlinkat(files.directory, temporary)
         let fresh: MappedFile
         do {
-            fresh = try MappedFile(container, relativePath: temporary, minimumSize: fileSize)
+            fresh = try MappedFile(files, relativePath: temporary, minimumSize: fileSize)
         } catch {
-            _ = Sys.unlinkat(container.directory, temporary) // e.g. noSpace: leave nothing behind
+            _ = Sys.unlinkat(files.directory, temporary) // e.g. noSpace: leave nothing behind
             throw error
         }
         let base = fresh.pointer
@@ -158,15 +186,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         // retirement after it writes (``post(_:state:)``), so a post this copy may miss is made
         // again on the new table by its poster. Slots that fail their checks are dropped (and
         // counted in the report).
-        if let current = try? MappedFile(container, relativePath: fileName, minimumSize: fileSize, create: false),
+        if let current = try? MappedFile(files, relativePath: fileName, minimumSize: fileSize, create: false),
            current.size >= headerSize {
             baton_store32(word(current, 24), 1)
             wakeEveryone(current)
             let (carried, dropped) = carryOver(from: current, to: fresh)
             let lost = dropped > 0 ? "; \(dropped) slot\(dropped == 1 ? "" : "s") failed the checks and were dropped (their names start over at state 0)" : ""
-            container.diagnostics.report(.signalTableRebuilt, level: .warning, "rebuilt the signal table \(container.absolutePath(fileName)): \(reason ?? "its header or size failed the checks"); carried \(carried) name\(carried == 1 ? "" : "s") over\(lost); every observer gets one delivery")
+            files.diagnostics.report(.signalTableRebuilt, level: .warning, "rebuilt the signal table \(files.absolutePath(fileName)): \(reason ?? "its header or size failed the checks"); carried \(carried) name\(carried == 1 ? "" : "s") over\(lost); every observer gets one delivery")
         }
-        try Sys.renameat(container.directory, temporary, container.directory, fileName).get("installing the rebuilt signal table")
+        try Sys.renameat(files.directory, temporary, files.directory, fileName).get("installing the rebuilt signal table")
         return fresh
     }
 
@@ -255,7 +283,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// Must be called with `state` locked (passed in).
     private func rebuild(_ state: inout State, reason: String) throws {
         let old = state.map
-        let fresh = try Self.openValidTable(container, replacing: old, reason: reason)
+        let fresh = try Self.openValidTable(files, replacing: old, reason: reason)
         if !Self.sameFile(old, fresh), !Self.isTruncated(old) {
             // Retire the old mapping so other processes move on, and wake their threads.
             baton_store32(Self.word(old, 24), 1)
@@ -295,11 +323,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// suspended), resetting it. Without one, the thread sleeps on the shared word.
     private func claimEntry(_ state: inout State) {
         guard state.entry == nil, !state.suspended, Self.hasEntries(state.map),
-              let token = try? container.owners.current() else { return }
+              let token = try? owners.current() else { return }
         for index in 0..<Self.entryCount {
             let owner = entryToken(state.map, index)
             let current = baton_load64(owner)
-            guard current == 0 || (current != token && !container.owners.isAlive(current)),
+            guard current == 0 || (current != token && !owners.isAlive(current)),
                   baton_cas64(owner, current, token) != 0 else { continue }
             baton_store64(entryInterest(state.map, index), 0)
             baton_store32(entryWord(state.map, index, 8), 0)
@@ -327,7 +355,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         withState { state in
             state.suspended = false
             if let entry = state.entry {
-                if let token = try? container.owners.current(),
+                if let token = try? owners.current(),
                    baton_cas64(entryToken(state.map, entry), state.entryToken, token) != 0 {
                     // Ours again; another process may have reset it meanwhile.
                     state.entryToken = token
@@ -419,7 +447,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     state.slotCache[name] = slot
                     return slot
                 }
-                let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
+                let lockFile = try files.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
                 let lockFD = lockFile.rawValue
                 try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
                 switch try lookup(state.map, name) {
@@ -427,7 +455,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     state.slotCache[name] = slot
                     return slot
                 case .full:
-                    throw BatonError(.capacityExceeded, "the signal table of \(container.path) is full (\(Self.slotCount) names); use fewer distinct signal names")
+                    throw BatonError(.capacityExceeded, "the signal table of \(files.path) is full (\(Self.slotCount) names); use fewer distinct signal names")
                 case .empty(let slot):
                     let base = slotBase(state.map, slot)
                     let bytes = Array(name.utf8)
@@ -443,7 +471,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                 try rebuild(&state, reason: error.message)
             }
         }
-        throw BatonError(.corrupt, "the signal table of \(container.path) stays corrupt after a rebuild")
+        throw BatonError(.corrupt, "the signal table of \(files.path) stays corrupt after a rebuild")
     }
 
     /// Moves to a new table if the current one was retired by a rebuild in another process.
@@ -461,7 +489,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             return
         }
         guard Self.isRetired(state.map) else { return }
-        try moveToTable(&state, try Self.openValidTable(container, replacing: state.map))
+        try moveToTable(&state, try Self.openValidTable(files, replacing: state.map))
     }
 
     /// Whether the file behind `map` is shorter than the mapping (someone cut it short).
@@ -492,7 +520,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     write()
                     if !Self.isRetired(state.map) { break }
                 } else {
-                    let lockFile = try container.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
+                    let lockFile = try files.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
                     try Sys.flock(lockFile.rawValue, LOCK_EX).get("locking the signal table")
                     guard !Self.isRetired(state.map), !Self.isTruncated(state.map) else { continue }
                     write()
