@@ -34,7 +34,8 @@ extension SharedDatabase {
     /// are left to GRDB, which sees them on its own.
     ///
     /// While the database is suspended nothing is notified; the first change seen after
-    /// ``resume()`` is notified as a change to the whole database, so observations catch up.
+    /// ``resume()`` is notified as a change to the whole database, so observations catch up. A
+    /// relay started while the database is suspended runs too, and notifies from ``resume()`` on.
     /// Observations started before the suspension keep running (with the default
     /// ``SuspensionMode/rollsBackWrites``).
     ///
@@ -68,20 +69,33 @@ struct CommitRelay {
 
     /// Reads the schema and the tables' signal states, then starts watching: every commit after
     /// the states were read is either tracked (its tables' states move) or counted as untracked.
+    ///
+    /// While the database is suspended it starts all the same, without the schema: the first
+    /// notification after ``SharedDatabase/resume()`` reads it (and notifies the whole
+    /// database). A relay that threw `suspended` here would be gone for good, and with it every
+    /// other process's commit for the observations of ``SharedDatabase/pool``.
     static func start(_ database: SharedDatabase) async throws -> CommitRelay {
-        let schema = try await database.writerAccess { db in try Self.schema(db) }
+        let schema: (version: Int, tables: [String])?
+        do {
+            schema = try await database.writerAccess { db in try Self.schema(db) }
+        } catch let error as BatonError where error.code == .suspended {
+            schema = nil
+        }
         let signals = try database.container.signals
         let untracked = database.writerQueue.untrackedCount
         var states: [String: UInt64] = [:]
-        for table in schema.tables { states[table] = (try? signals.state(of: database.tableSignal(table))) ?? 0 }
+        for table in schema?.tables ?? [] { states[table] = (try? signals.state(of: database.tableSignal(table))) ?? 0 }
         // A table watcher from here on: writers that commit after this track their tables (or
         // count their commit as untracked).
         var watch = try ChangeWatch(database: database, signal: database.commitSignal, table: true)
         try await watch.rebaseline()
         // This process's own writes through the pool are announced table by table too (the
-        // broadcaster is added to the writer connection while someone watches tables).
-        _ = try await database.writerAccess { db in database.trackTablesIfWatched(db) }
-        return CommitRelay(database: database, signals: signals, watch: watch, tableStates: states, schemaVersion: schema.version, untracked: untracked)
+        // broadcaster is added to the writer connection while someone watches tables). While
+        // suspended, the first notification adds it (see ``notify(_:)``).
+        do {
+            _ = try await database.writerAccess { db in database.trackTablesIfWatched(db) }
+        } catch let error as BatonError where error.code == .suspended {}
+        return CommitRelay(database: database, signals: signals, watch: watch, tableStates: states, schemaVersion: schema?.version, untracked: untracked)
     }
 
     /// The tables whose commits the relay tells apart, and what it notifies.
@@ -134,14 +148,29 @@ struct CommitRelay {
     }
 
     /// Notifies GRDB's observers of ``SharedDatabase/pool`` in an empty deferred transaction
-    /// (which takes no lock); a schema change is notified as a change to the whole database.
+    /// (which takes no lock); a schema change (or a schema not read yet: a relay started while
+    /// suspended) is notified as a change to the whole database.
     private mutating func notify(_ notification: Notification) async throws {
         let known = schemaVersion
-        let database = self.database
-        let schema = try await database.writerAccess { db -> (version: Int, tables: [String])? in
+        let knownTables = Set(tableStates.keys)
+        let database = self.database, signals = self.signals
+        let schema = try await database.writerAccess { db -> (version: Int, states: [String: UInt64])? in
+            // (Added by start(), unless the database was suspended then; a no-op once added.)
+            _ = database.trackTablesIfWatched(db)
             let version = try Int.fetchOne(db, sql: "PRAGMA schema_version") ?? 0
             let changed = version != known
             guard changed || notification.wholeDatabase || !notification.tables.isEmpty else { return nil }
+            // The signal states of new tables, read before the notification: a commit after the
+            // read moves them (and is relayed later), one before it is covered by it.
+            var schema: (version: Int, states: [String: UInt64])?
+            if changed {
+                let read = try Self.schema(db)
+                var states: [String: UInt64] = [:]
+                for table in read.tables where !knownTables.contains(table) {
+                    states[table] = (try? signals.state(of: database.tableSignal(table))) ?? 0
+                }
+                schema = (read.version, states)
+            }
             database.relaying.set(true)
             defer { database.relaying.set(false) }
             try db.inTransaction(.deferred) {
@@ -152,13 +181,11 @@ struct CommitRelay {
                 }
                 return .commit
             }
-            return changed ? try Self.schema(db) : nil
+            return schema
         }
         if let schema {
             schemaVersion = schema.version
-            for table in schema.tables where tableStates[table] == nil {
-                tableStates[table] = (try? signals.state(of: database.tableSignal(table))) ?? 0
-            }
+            for (table, state) in schema.states { tableStates[table] = state }
         }
     }
 

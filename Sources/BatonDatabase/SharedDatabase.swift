@@ -71,11 +71,12 @@ public final class SharedDatabase: Sendable {
     private let broadcastingInstalled = Atomic<Bool>(false)
     /// The container's signals, for ringing commits (resolved once: every commit rings).
     let commitSignals: Signals?
-    /// Set while suspended: interrupts the statements of the writer connection (a progress
-    /// handler) and stops Baton's own waits.
+    /// Set while suspended: interrupts the statements of the writer connection's write
+    /// transactions (a progress handler) and stops Baton's own waits. Reads on the writer
+    /// connection go on: GRDB fetches observed values there (see ``InterruptionFlag``).
     let interruption = InterruptionFlag()
-    /// Set while suspended with ``SuspensionMode/closesConnections``: interrupts the statements of
-    /// reader connections too.
+    /// Set while suspended with ``SuspensionMode/closesConnections``: interrupts every statement
+    /// of every connection.
     let readInterruption = InterruptionFlag()
     /// Set while a write of this process holds its turn in the writer queue (see ``BusyWait``).
     let holdingTurn = InterruptionFlag()
@@ -268,7 +269,10 @@ public final class SharedDatabase: Sendable {
         let flag = interruption, readFlag = readInterruption
         let checkpointer = checkpointer
         grdb.prepareDatabase { db in
-            (db.configuration.readonly ? readFlag : flag).install(on: db)
+            // Readers stop while the suspension closes connections; the writer connection's
+            // write transactions stop while the database is suspended (its reads go on unless
+            // connections are closed).
+            if db.configuration.readonly { readFlag.install(on: db) } else { flag.installOnWriter(db, all: readFlag) }
             if !db.configuration.readonly {
                 try SQLiteSettings.persistWAL(db)
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
@@ -635,10 +639,12 @@ public final class SharedDatabase: Sendable {
     /// query-only until resume), while reads through it go on.
     ///
     /// Returns once this process holds no write lock on the database (no RESERVED, PENDING or
-    /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A closure already
-    /// running is interrupted: its statements fail with `SQLITE_INTERRUPT`, and
+    /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A write closure
+    /// already running is interrupted: its statements fail with `SQLITE_INTERRUPT`, and
     /// its transaction is rolled back; `suspend()` waits until it has returned, and for a write
-    /// running on ``pool`` to return.
+    /// running on ``pool`` to return. Reads are not interrupted (with the default mode), on the
+    /// writer connection either (GRDB fetches the values of its observations there: an
+    /// interrupted fetch would end the observation).
     ///
     /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open: its writer
     /// connection is made query-only (`PRAGMA query_only`, which SQLite checks before a write
@@ -681,7 +687,8 @@ public final class SharedDatabase: Sendable {
             pool?.interrupt()
         }
         // (Otherwise the writer connection's progress handler, which reads the flag every few
-        // steps of SQLite's virtual machine, interrupts its running statement; readers go on.)
+        // steps of SQLite's virtual machine, interrupts its running statement if it runs in a
+        // write transaction; reads go on, on every connection.)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let drained = state.withLock { state -> Bool in
                 if state.active == 0 { return true }

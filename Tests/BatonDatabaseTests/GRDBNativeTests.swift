@@ -37,6 +37,87 @@ struct GRDBNativeTests {
         return probe.lines.contains("free")
     }
 
+    /// `SELECT count(*) FROM item WHERE writer >= 0` observed with a ValueObservation of the pool
+    /// (GRDB fetches its values on the writer connection, see ``observationStartOutlivesSuspension()``),
+    /// with how it ended if it did.
+    final class ObservedCount: Sendable {
+        final class State: Sendable {
+            let latest = Atomic<Int>(-1)
+            let ended = Mutex<String?>(nil)
+        }
+        let state = State()
+        let consumer: Task<Void, Never>
+
+        init(_ pool: DatabasePool) {
+            let values = ValueObservation
+                .tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer >= 0") ?? 0 }
+                .values(in: pool)
+            let state = state
+            consumer = Task {
+                do {
+                    for try await value in values { state.latest.store(value, ordering: .relaxed) }
+                    state.ended.withLock { $0 = "the observation finished" }
+                } catch {
+                    state.ended.withLock { $0 = "the observation failed: \(error)" }
+                }
+            }
+        }
+
+        deinit { consumer.cancel() }
+
+        /// Waits until the observed count is `value`; fails at once if the observation ended.
+        func wait(for value: Int, _ what: String) async throws {
+            let state = state
+            try await within(30, what) {
+                while state.latest.load(ordering: .relaxed) != value {
+                    if let end = state.ended.withLock({ $0 }) { throw TestFailure("\(what): \(end)") }
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+        }
+    }
+
+    /// ``SharedDatabase/run()`` in a task, with how it ended if it did.
+    final class Relay: Sendable {
+        final class State: Sendable {
+            let ended = Mutex<String?>(nil)
+        }
+        let state = State()
+        let task: Task<Void, Never>
+        var ended: String? { state.ended.withLock { $0 } }
+
+        init(_ database: SharedDatabase) {
+            let state = state
+            task = Task {
+                do {
+                    try await database.run()
+                    state.ended.withLock { $0 = "the relay returned" }
+                } catch {
+                    state.ended.withLock { $0 = "the relay threw: \(error)" }
+                }
+            }
+        }
+
+        deinit { task.cancel() }
+    }
+
+    /// Starts a write through `pool` that runs until it is interrupted (statements with pauses
+    /// between them, in one transaction), and returns once it holds the write lock.
+    func startLongWrite(_ pool: DatabasePool) async throws -> Task<Void, any Error> {
+        let started = Atomic<Bool>(false)
+        let write = Task.detached {
+            try await pool.write { db in
+                for seq in 0..<1_000_000 {
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
+                    started.store(true, ordering: .relaxed)
+                    usleep(200)
+                }
+            }
+        }
+        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        return write
+    }
+
     @Test("a ValueObservation of the pool sees commits by another process and by the sqlite3 shell")
     func valueObservationSeesOtherProcesses() async throws {
         let directory = try TemporaryContainer()
@@ -166,33 +247,13 @@ struct GRDBNativeTests {
         let path = directory.path + "/app.sqlite"
         let database = try await open(directory, path)
         let pool = database.pool
-        let relay = Task { try await database.run() }
-        defer { relay.cancel() }
-        let values = ValueObservation
-            .tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer >= 0") ?? 0 }
-            .values(in: database.pool)
-        let latest = Atomic<Int>(-1)
-        let consumer = Task {
-            for try await value in values { latest.store(value, ordering: .relaxed) }
-        }
-        defer { consumer.cancel() }
-        try await within(30, "the first value") {
-            while latest.load(ordering: .relaxed) != 0 { try await Task.sleep(for: .milliseconds(5)) }
-        }
+        let relay = Relay(database)
+        let observed = ObservedCount(database.pool)
+        try await observed.wait(for: 0, "the first value")
 
         // Third-party code writes through the pool in a long transaction (statements with pauses
         // between them) when the suspension comes.
-        let started = Atomic<Bool>(false)
-        let longWrite = Task.detached {
-            try await pool.write { db in
-                for seq in 0..<1_000_000 {
-                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (-2, ?)", arguments: [seq])
-                    started.store(true, ordering: .relaxed)
-                    usleep(200)
-                }
-            }
-        }
-        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let longWrite = try await startLongWrite(pool)
         try await Task.sleep(for: .milliseconds(50))
         #expect(!(try await writeLockIsFree(path, directory)), "the long write holds the write lock")
 
@@ -221,11 +282,67 @@ struct GRDBNativeTests {
         // The observation started before the suspension delivers commits made after it.
         let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
         #expect(try await writer.wait() == 0)
-        try await within(30, "a value after resume") {
-            while latest.load(ordering: .relaxed) != 2 { try await Task.sleep(for: .milliseconds(5)) }
+        do {
+            try await observed.wait(for: 2, "a value after resume")
+        } catch {
+            throw TestFailure("\(error) (\(relay.ended ?? "the relay runs"))")
         }
         try await pool.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (4, 1)") }
         #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") } == 3)
+        #expect(relay.ended == nil)
+    }
+
+    /// GRDB fetches some values of a `ValueObservation.tracking` on the writer connection: as the
+    /// observation starts there (it did in every run of this test), and after every commit (a
+    /// region that is not constant). The suspension's progress handler interrupted every
+    /// statement of the writer connection, so an observation whose start was queued behind a
+    /// write that `suspend()` interrupted ended with `SQLITE_INTERRUPT`, for good: no value
+    /// after resume. (`suspensionKeepsThePool` failed so on a loaded machine.)
+    @Test("an observation whose start waits behind a write that suspend() interrupts still delivers after resume()")
+    func observationStartOutlivesSuspension() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let relay = Relay(database)
+        try await Task.sleep(for: .milliseconds(300))  // (the relay starts: this test is about the observation)
+        let longWrite = try await startLongWrite(database.pool)
+        // The first value is read on a reader; the start on the writer connection waits behind
+        // the long write.
+        let observed = ObservedCount(database.pool)
+        try await observed.wait(for: 0, "the first value")
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        await #expect(throws: (any Error).self) { try await longWrite.value }
+        try await database.resume()
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        try await observed.wait(for: 2, "a value after resume")
+        #expect(relay.ended == nil)
+    }
+
+    /// A relay that met a suspension as it started threw `suspended` and was gone: the
+    /// observations of the pool never saw another process's commit again.
+    @Test("a relay started while the database is suspended relays commits after resume()")
+    func relayStartedWhileSuspended() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let observed = ObservedCount(database.pool)
+        try await observed.wait(for: 0, "the first value")
+        // (Time for the observation to start on the writer connection: this test is about the relay.)
+        try await Task.sleep(for: .milliseconds(200))
+        await database.suspend()
+        let relay = Relay(database)
+        try await Task.sleep(for: .milliseconds(300))
+        try await database.resume()
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+        do {
+            try await observed.wait(for: 2, "a value after resume")
+        } catch {
+            throw TestFailure("\(error) (\(relay.ended ?? "the relay runs"))")
+        }
+        #expect(relay.ended == nil)
     }
 
     @Test("closesConnections: suspend() closes every connection, resume() opens a new pool")

@@ -100,6 +100,32 @@ static inline int baton_flag_progress_handler(void *context) {
     return __atomic_load_n((const uint32_t *)context, __ATOMIC_RELAXED) != 0;
 }
 
+struct sqlite3;
+/// The context of ``baton_writer_progress_handler``.
+typedef struct baton_writer_interruption {
+    /// While nonzero, statements that run in a write transaction are interrupted.
+    const uint32_t *writes;
+    /// While nonzero, every statement is interrupted.
+    const uint32_t *all;
+    /// The connection (`sqlite3 *`).
+    struct sqlite3 *connection;
+    /// `sqlite3_txn_state`, passed in by the caller (this shim does not link SQLite).
+    int (*transaction_state)(struct sqlite3 *, const char *);
+} baton_writer_interruption;
+
+/// The progress handler of a writer connection (`context`: a `baton_writer_interruption`):
+/// nonzero, which interrupts the statement, while `all` is set, or while `writes` is set and the
+/// connection has a write transaction open (`SQLITE_TXN_WRITE`, 2). A read on the connection
+/// outside a write transaction runs on: it holds no write lock (GRDB fetches the values of its
+/// observations there, and an interrupted fetch ends the observation). The transaction state is
+/// only asked for while `writes` is set.
+static inline int baton_writer_progress_handler(void *context) {
+    const baton_writer_interruption *interruption = (const baton_writer_interruption *)context;
+    if (__atomic_load_n(interruption->all, __ATOMIC_RELAXED) != 0) return 1;
+    if (__atomic_load_n(interruption->writes, __ATOMIC_RELAXED) == 0) return 0;
+    return interruption->transaction_state(interruption->connection, NULL) == 2;
+}
+
 /// CRC-32C of `length` bytes, continuing from `crc` (start with 0).
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length);
 
