@@ -37,13 +37,19 @@ enum ChannelsBench: BenchSuite {
         }
         let structRate = try await channelRate(container: container, path: path, capacity: "unbounded", count: streamCount, structs: true)
         results.append(BenchResult(name: "throughput_unbounded_json_struct_per_s", value: structRate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
-        let roundTrips = try await channelPingPong(container: container, path: path, rounds: rounds)
+        // Alternated: rendezvous, buffered, rendezvous, buffered (half the rounds each time).
+        var roundTrips: [Double] = [], bufferedTrips: [Double] = []
+        for _ in 0..<2 {
+            roundTrips += try await channelPingPong(container: container, path: path, rounds: rounds / 2, capacity: .rendezvous)
+            bufferedTrips += try await channelPingPong(container: container, path: path, rounds: rounds / 2, capacity: .bounded(OSLink.queueDepth))
+        }
         for p in [50.0, 99.0] {
             let tag = "p\(Int(p))"
             // The target's floor: the faster of POSIX mq and the Unix socket at this percentile.
             let (best, floor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(trips[$0]!, p)) }.min { $0.1 < $1.1 }!
             results.append(BenchResult(name: "rendezvous_round_trip_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "\(best.rawValue)_round_trip_\(tag)_us", floor: floor))
             results.append(BenchResult(name: "rendezvous_round_trip_vs_pipe_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "pipe_round_trip_\(tag)_us", floor: percentile(trips[.pipe]!, p)))
+            results.append(BenchResult(name: "buffered_round_trip_\(tag)_us", value: percentile(bufferedTrips, p), unit: "us", floorName: "\(best.rawValue)_round_trip_\(tag)_us", floor: floor))
         }
         // The OS primitives' own figures, each beside the pipe's.
         for primitive in [OSPrimitive.posixMessageQueue, .unixSocket] {
@@ -56,7 +62,7 @@ enum ChannelsBench: BenchSuite {
         }
         return (results, [
             "element": "a String of \(element.utf8.count) bytes (stored as UTF-8 text, frame \(element.utf8.count + 40) bytes rounded to 8); the json_struct row sends a Codable struct of about the same JSON size; the pipe, queue and socket carry \(elementSize) bytes per element",
-            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: rendezvous send to the worker and rendezvous reply, \(rounds) rounds after warm-up; handoff: the bench sends one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
+            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: send to the worker and its reply, \(rounds) rounds after warm-up, alternating rendezvous channels (each send waits for the receiver: two synchronous hand-offs) and buffered ones (bounded \(OSLink.queueDepth), the queue depth of the POSIX mq: a send returns once the element is in, like mq_send); handoff: the bench sends one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
             "os_primitives": "pipe: two pipes; posix_mq: two POSIX message queues (depth \(OSLink.queueDepth), priority 0); unix_socket: one connected AF_UNIX stream socket; each in its own worker process, measured in this run",
             "rendezvous_floor": "a rendezvous send returns only once a receiver took the element, so each element is a synchronous hand-off to the other process and back; a stream lets the writer run ahead and both sides batch in the kernel, which no rendezvous may do. The fair floors are the hand-offs (send one element, wait for a one-byte ack)",
             "targets": "throughput ratio >= 0.5 (rendezvous: against the hand-offs); round trip p50 and p99 <= 1.5x the faster of posix_mq and unix_socket",
@@ -159,10 +165,12 @@ enum ChannelsBench: BenchSuite {
         return Double(count) / (Double(monotonicNanoseconds() - start) / 1e9)
     }
 
-    private static func channelPingPong(container: SharedContainer, path: String, rounds: Int) async throws -> [Double] {
-        let ping = try SharedChannel<String>(container, name: "bench-ping", capacity: .rendezvous)
-        let pong = try SharedChannel<String>(container, name: "bench-pong", capacity: .rendezvous)
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["channel-pong"])
+    /// Round trips through two channels of `capacity` to a worker that sends each element back.
+    private static func channelPingPong(container: SharedContainer, path: String, rounds: Int, capacity: ChannelCapacity) async throws -> [Double] {
+        let tag = capacity == .rendezvous ? "" : "-buffered"
+        let ping = try SharedChannel<String>(container, name: "bench-ping" + tag, capacity: capacity)
+        let pong = try SharedChannel<String>(container, name: "bench-pong" + tag, capacity: capacity)
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["channel-pong", capacity == .rendezvous ? "rendezvous" : "bounded:\(OSLink.queueDepth)"])
         try worker.waitReady()
         return try await withTaskExecutorPreference(ping.executor) {
             var samples: [Double] = []
@@ -218,8 +226,12 @@ enum ChannelsBench: BenchSuite {
             for _ in 0..<count { try await channel.send(Record.sample) }
         case "channel-pong":
             let container = try SharedContainer(path: path)
-            let ping = try SharedChannel<String>(container, name: "bench-ping", capacity: .rendezvous)
-            let pong = try SharedChannel<String>(container, name: "bench-pong", capacity: .rendezvous)
+            guard arguments.count >= 2, let capacity = ChannelCapacity(parsing: arguments[1]) else {
+                throw BatonError(.invalidArgument, "bad channels worker arguments \(arguments)")
+            }
+            let tag = capacity == .rendezvous ? "" : "-buffered"
+            let ping = try SharedChannel<String>(container, name: "bench-ping" + tag, capacity: capacity)
+            let pong = try SharedChannel<String>(container, name: "bench-pong" + tag, capacity: capacity)
             emit("ready")
             try await withTaskExecutorPreference(ping.executor) {
                 while let value = try await ping.receive() { try await pong.send(value) }

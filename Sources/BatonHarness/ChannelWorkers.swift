@@ -23,7 +23,7 @@ struct ChannelWorkers: AsyncParsableCommand {
 struct ChannelTestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "test-worker", abstract: "Channel test workers.",
-        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self, ReceiveAndDie.self,
+        subcommands: [Produce.self, Consume.self, Hold.self, HoldLock.self, ProduceRaw.self, EchoText.self, ReceiveAndDie.self, ReceiveAndDieBeforeRing.self,
                       SelectReceive.self, OfferLoop.self])
 
     struct Produce: AsyncParsableCommand {
@@ -119,6 +119,21 @@ struct ChannelTestCommand: AsyncParsableCommand {
             emit("ready")
             guard let delivery = try await channel.takeUnacknowledged(deadline: .never) else { return }
             SharedChannel<JSONElement>.killProcessAfterNextAcknowledgeForTesting()
+            _ = try delivery.acknowledge()
+        }
+    }
+
+    struct ReceiveAndDieBeforeRing: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "receive-and-die-before-ring",
+            abstract: "Print 'ready', receive one element, and die (SIGKILL) after its acknowledgement released the lock but before it rang.")
+        @OptionGroup var channel: ChannelOptions
+
+        func run() async throws {
+            let channel = try self.channel.open()
+            emit("ready")
+            guard let delivery = try await channel.takeUnacknowledged(deadline: .never) else { return }
+            SharedChannel<JSONElement>.killProcessBeforeNextRingForTesting()
             _ = try delivery.acknowledge()
         }
     }

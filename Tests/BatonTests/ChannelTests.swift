@@ -61,6 +61,26 @@ struct ChannelTests {
         #expect(try channel.tryReceive() == 4)
     }
 
+    /// Doorbells ring just after the unlock (a woken waiter never finds the lock still held); the
+    /// rings are recorded as owed first, so a process killed between its unlock and its rings
+    /// leaves them to the next operation on the channel, which makes them.
+    @Test("a receiver killed between its unlock and its ring: the next operation on the channel makes the ring it owed")
+    func owedRingIsMadeByTheNextHolder() async throws {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<Int>(SharedContainer(path: directory.path), name: "owed", capacity: .bounded(1))
+        try await channel.send(1)
+        let sending = Task { try await channel.send(2, deadline: .after(.seconds(120))) }
+        try await Task.sleep(for: .milliseconds(300))
+        let receiver = try ChildProcess(harness: ["channel", "test-worker", "receive-and-die-before-ring", "owed"], container: directory.path)
+        try await receiver.line(timeout: 30) { $0 == "ready" }
+        #expect(try await receiver.wait() == 128 + SIGKILL)
+        // The sender sleeps on: the ring that would wake it was not made. The next operation
+        // (here, a receive that finds the channel empty) makes it.
+        #expect(try channel.tryReceive() == nil)
+        try await within(15, "the blocked send after the next operation made the owed ring") { try await sending.value }
+        #expect(try channel.tryReceive() == 2)
+    }
+
     /// Header words outside the header's checksum, forged (offset in the file, value).
     static let forgedWords: [(name: String, offset: Int, value: UInt64)] = [
         ("head far past the data", 152, 1 << 40), ("head negative", 152, UInt64(bitPattern: -64)),

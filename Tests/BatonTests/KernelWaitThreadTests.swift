@@ -252,16 +252,24 @@ struct KernelWaitThreadTests {
 
     @Test("many waits on one thread: each times out at its own deadline, the others wake on the ring, a cancelled one leaves the rest waiting")
     func manyWaitsOnOneThread() async throws {
+        try await withTaskExecutorPreference(ChannelExecutor.shared) { try await manyWaitsOnOneThreadBody() }
+    }
+
+    private func manyWaitsOnOneThreadBody() async throws {
         let bell = TestBell()
         let seen = bell.generation
         // Far from the registrations below: in a full parallel run on two cores, tests that
         // block pool threads delayed these tasks' start by several seconds (3 s was too short).
+        // The tasks run on a thread of their own (the channel executor), not the cooperative
+        // pool: in a full parallel run, tests that block the pool's two threads delayed their
+        // start past the first deadline.
+        let own = ChannelExecutor.shared
         let deadlines: [Int] = [20_000, 20_250, 20_500, 20_750]
         let timed = deadlines.map { milliseconds in
-            Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.milliseconds(milliseconds))) } }
+            Task(executorPreference: own) { await Self.ending { try await bell.wait(after: seen, deadline: .after(.milliseconds(milliseconds))) } }
         }
-        let ringers = (0..<4).map { _ in Task { await Self.ending { try await bell.wait(after: seen, deadline: .after(.seconds(120))) } } }
-        let cancelled = Task { await Self.ending { try await bell.wait(after: seen, deadline: .never) } }
+        let ringers = (0..<4).map { _ in Task(executorPreference: own) { await Self.ending { try await bell.wait(after: seen, deadline: .after(.seconds(120))) } } }
+        let cancelled = Task(executorPreference: own) { await Self.ending { try await bell.wait(after: seen, deadline: .never) } }
         // A broken thread fails this test instead of hanging it.
         let watchdog = Task {
             try await Task.sleep(for: .seconds(90))

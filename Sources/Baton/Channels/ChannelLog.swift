@@ -12,6 +12,8 @@ import Synchronization
 ///   64  the lock (``SharedMutex``, 16 bytes; held for microseconds)
 ///   96  processor of the readable doorbell's last ring   100 of the writable's (hints, see
 ///       ``ChannelDoorbell/spin(after:)``; 0 unknown)
+///   104 rings owed by the last holder (bit 0 readable, bit 1 writable)   112 its owner token
+///       (0: none owed; see `withLock`)
 ///   128 readable doorbell (wait word)   132 its sleepers
 ///   136 writable doorbell (wait word)   140 its sleepers
 ///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
@@ -59,6 +61,9 @@ final class ChannelLog: @unchecked Sendable {
     static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
     static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
     static let oReadableRinger = 96, oWritableRinger = 100
+    /// Rings owed by a holder that unlocked: the doorbells (bit 0 readable, bit 1 writable) and
+    /// the holder's owner token (0: none owed).
+    static let oOwedRings = 104, oOwedRingsOwner = 112
     static let oClosed = 144, oHead = 152, oTail = 160, oDataSize = 168, oReady = 176, oTaken = 184
     static let oNextTake = 200, oWaitingReceivers = 208, oEpoch = 216, oMalformed = 224
     static let oRegistrations = 240, registrationSize = 16
@@ -84,7 +89,7 @@ final class ChannelLog: @unchecked Sendable {
     private var data: UnsafeMutableRawPointer
     private var mappedDataSize: Int
     private var slot: Int?
-    /// Doorbells to ring before the lock is released (set under the lock; see `withLock`).
+    /// Doorbells to ring once the lock is released (set under the lock; see `withLock`).
     private var pendingRings: (readable: Bool, writable: Bool) = (false, false)
     /// Damage found while opening, said by the first operation (under the lock).
     private var unreportedDamage: String?
@@ -311,10 +316,15 @@ final class ChannelLog: @unchecked Sendable {
     /// Runs `body` holding the channel's lock. When the previous holder died inside, the log is
     /// repaired first, and both doorbells ring.
     ///
-    /// Doorbells that `body` asks for (``ringOnUnlock(readable:writable:)``) ring *before* the
-    /// lock is released: a process killed after its change but before its ring would otherwise
-    /// leave a waiter asleep while there is room or an element. Killed before the ring, it still
-    /// holds the lock, and the next locker's repair rings both.
+    /// Doorbells that `body` asks for (``ringOnUnlock(readable:writable:)``) ring just *after*
+    /// the lock is released, so that the waiter they wake never finds the lock still held (on
+    /// one processor it would run, find the lock taken, and sleep again: two more context
+    /// switches per hand-off). The rings are first recorded in the header as owed, with the
+    /// holder's owner token, and the record is cleared after them: a process killed between its
+    /// unlock and its rings leaves the record, and the next holder makes the rings. (A process
+    /// killed before its unlock is a dead holder: the next holder's repair rings both.) Either
+    /// way a waiter left asleep by a death is woken by the next operation on the channel, as
+    /// before.
     /// - Throws: `suspended` while the container is suspended; what `body` throws.
     private func withLock<R>(opening: Bool = false, _ body: () throws -> R) throws -> R {
         if try wasCutShort() { throw cutShortError() }
@@ -326,13 +336,25 @@ final class ChannelLog: @unchecked Sendable {
         guard let acquired = mutex.lock(as: token, tokens: owners, deadline: .now + Self.lockPatience, keepAlive: headerMemory) else {
             throw BatonError(.busy, "another process held the lock of the channel \(name) for more than \(Self.lockPatience); it may be stopped (SIGSTOP) inside an operation. Retry later.")
         }
+        // Rings another holder owed when it unlocked and may not have made (it died, or it is
+        // between its unlock and its ring): this holder makes them too.
+        let owed = baton_load64(Self.dword(header, Self.oOwedRingsOwner)) != 0 ? baton_load32(Self.word(header, Self.oOwedRings)) : 0
         defer {
-            let rings = pendingRings
+            let owedBits = owed | (pendingRings.readable ? 1 : 0) | (pendingRings.writable ? 2 : 0)
             pendingRings = (false, false)
-            if rings.readable { readable.ring() }
-            if rings.writable { writable.ring() }
+            if owedBits != 0 {
+                baton_store32(Self.word(header, Self.oOwedRings), owedBits)
+                baton_store64(Self.dword(header, Self.oOwedRingsOwner), token)
+            }
             if storage.isFile { Self.seal(header) }
             mutex.unlock(as: token)
+            if owedBits != 0 {
+                if Self.killBeforeRing.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
+                if owedBits & 1 != 0 { readable.ring() }
+                if owedBits & 2 != 0 { writable.ring() }
+                // Made: unless a later holder took the debt over meanwhile (it rings too).
+                _ = baton_cas64(Self.dword(header, Self.oOwedRingsOwner), token, 0)
+            }
         }
         if acquired == .ownerDied {
             try? followDataSize()
@@ -1143,6 +1165,9 @@ final class ChannelLog: @unchecked Sendable {
     /// Test support: when set, the process kills itself (SIGKILL) right after an acknowledgement
     /// released the lock, the moment where a ring made after the unlock would be lost.
     static let killAfterAcknowledge = Atomic<Bool>(false)
+    /// Test support: the process kills itself after its next unlock that owes rings, before it
+    /// makes them (see `withLock`).
+    static let killBeforeRing = Atomic<Bool>(false)
 
     /// Test support: takes the channel's lock, calls `locked`, and never returns (the process is
     /// meant to be killed while holding it, to exercise the recovery from a dead owner).

@@ -231,6 +231,12 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         ChannelLog.killAfterAcknowledge.store(true, ordering: .relaxed)
     }
 
+    /// Test support: the process kills itself (SIGKILL) after its next operation that owes a
+    /// ring released the channel's lock, before it rings.
+    package static func killProcessBeforeNextRingForTesting() {
+        ChannelLog.killBeforeRing.store(true, ordering: .relaxed)
+    }
+
     /// Receives without waiting.
     /// - Returns: An element, or `nil` when none is ready (or the channel is closed and drained).
     /// - Throws: `malformedFrame` as ``receive(deadline:)``.
