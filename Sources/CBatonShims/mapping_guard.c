@@ -24,7 +24,7 @@ typedef struct {
     _Atomic(uintptr_t) length;
     _Atomic(int) fd;
     _Atomic(int64_t) offset;    // the file offset the mapping starts at
-    _Atomic(uint64_t) repairs;  // faults repaired in this slot (never reset: owners compare)
+    _Atomic(uint64_t) repairs;  // faults repaired in this slot since it was registered
 } baton_guard_slot;
 
 static baton_guard_slot baton_guard_slots[BATON_GUARD_SLOTS];
@@ -94,6 +94,7 @@ int baton_mapping_guard_register_at(void *start, size_t length, int fd, int64_t 
             atomic_store(&baton_guard_slots[index].length, (uintptr_t)length);
             atomic_store(&baton_guard_slots[index].fd, fd);
             atomic_store(&baton_guard_slots[index].offset, offset);
+            atomic_store(&baton_guard_slots[index].repairs, 0);   // counted for this mapping
             atomic_store(&baton_guard_slots[index].start, (uintptr_t)start);
             return index;
         }

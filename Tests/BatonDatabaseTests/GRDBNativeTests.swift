@@ -101,6 +101,12 @@ struct GRDBNativeTests {
         deinit { task.cancel() }
     }
 
+    /// Another process (the harness) commits two rows of writer 3 to the database at `path`.
+    func commitTwoRowsFromAnotherProcess(_ path: String, _ directory: TemporaryContainer) async throws {
+        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
+        #expect(try await writer.wait() == 0)
+    }
+
     /// Starts a write through `pool` that runs until it is interrupted (statements with pauses
     /// between them, in one transaction), and returns once it holds the write lock.
     func startLongWrite(_ pool: DatabasePool) async throws -> Task<Void, any Error> {
@@ -280,8 +286,7 @@ struct GRDBNativeTests {
         try await database.resume()
         #expect(database.pool === pool, "resume() replaced the pool")
         // The observation started before the suspension delivers commits made after it.
-        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
-        #expect(try await writer.wait() == 0)
+        try await commitTwoRowsFromAnotherProcess(path, directory)
         do {
             try await observed.wait(for: 2, "a value after resume")
         } catch {
@@ -314,8 +319,7 @@ struct GRDBNativeTests {
         await database.suspend()
         await #expect(throws: (any Error).self) { try await longWrite.value }
         try await database.resume()
-        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
-        #expect(try await writer.wait() == 0)
+        try await commitTwoRowsFromAnotherProcess(path, directory)
         try await observed.wait(for: 2, "a value after resume")
         #expect(relay.ended == nil)
     }
@@ -335,8 +339,7 @@ struct GRDBNativeTests {
         let relay = Relay(database)
         try await Task.sleep(for: .milliseconds(300))
         try await database.resume()
-        let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "2", "--writer", "3"], container: directory.path)
-        #expect(try await writer.wait() == 0)
+        try await commitTwoRowsFromAnotherProcess(path, directory)
         do {
             try await observed.wait(for: 2, "a value after resume")
         } catch {

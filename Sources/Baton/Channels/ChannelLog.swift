@@ -94,14 +94,10 @@ final class ChannelLog: @unchecked Sendable {
     /// Damage found while opening, said by the first operation (under the lock).
     private var unreportedDamage: String?
     /// The mapping guard's slots for the header and data mappings (-1: not guarded), written
-    /// under the lock, and the sum of their repair counts when last looked at (see
-    /// ``wasCutShort(_:_:)``).
+    /// under the lock; the repairs counted in data slots given up on a remap; and the total of
+    /// the repairs when last looked at (see ``wasCutShort()``).
     private var headerGuard: Int32 = -1
     private var dataGuard: Int32 = -1
-    /// Repairs counted in this log's guard slots since they were registered: a slot's count
-    /// when registered (slots are reused), and those of data slots given up on a remap.
-    private var headerGuardBase: UInt64 = 0
-    private var dataGuardBase: UInt64 = 0
     private var earlierDataRepairs: UInt64 = 0
     private let guardRepairsSeen = Atomic<UInt64>(0)
     private let container: SharedContainer?
@@ -199,7 +195,6 @@ final class ChannelLog: @unchecked Sendable {
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
         self.headerGuard = MappingGuard.register(header, size: Self.headerSize, fd: fd)
-        self.headerGuardBase = MappingGuard.repairs(in: headerGuard)
         readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, threadName: "baton-chan-rd")
         writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, threadName: "baton-chan-wr")
         // Every stored property is set: if this throws, deinit runs and closes the descriptor
@@ -399,8 +394,7 @@ final class ChannelLog: @unchecked Sendable {
         guard headerGuard >= 0, dataGuard >= 0 || mappedDataSize == 0 else {
             return try MappedFile.restoreTruncatedSize(fd, to: size, path: relativePath)
         }
-        let repairs = (MappingGuard.repairs(in: headerGuard) &- headerGuardBase) &+ earlierDataRepairs
-            &+ (dataGuard >= 0 ? MappingGuard.repairs(in: dataGuard) &- dataGuardBase : 0)
+        let repairs = MappingGuard.repairs(in: headerGuard) &+ MappingGuard.repairs(in: dataGuard) &+ earlierDataRepairs
         let seen = guardRepairsSeen.load(ordering: .acquiring)
         guard repairs != seen else { return false }
         guard guardRepairsSeen.compareExchange(expected: seen, desired: repairs, ordering: .acquiringAndReleasing).exchanged else {
@@ -416,7 +410,7 @@ final class ChannelLog: @unchecked Sendable {
         return BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
     }
 
-    /// Asks for doorbells to ring before the lock is released (call under the lock).
+    /// Asks for doorbells to ring once the lock is released (call under the lock; see `withLock`).
     private func ringOnUnlock(readable: Bool = false, writable: Bool = false) {
         if readable { pendingRings.readable = true }
         if writable { pendingRings.writable = true }
@@ -444,11 +438,10 @@ final class ChannelLog: @unchecked Sendable {
             try FileSpace.reserve(fd, from: fileSize, to: Self.headerSize + size, path: relativePath)
         }
         let mapped = try mapData(fd, size: size, relativePath: relativePath)
-        if dataGuard >= 0 { earlierDataRepairs &+= MappingGuard.repairs(in: dataGuard) &- dataGuardBase }
+        earlierDataRepairs &+= MappingGuard.repairs(in: dataGuard)
         MappingGuard.unregister(dataGuard)
         if mappedDataSize > 0 { Sys.munmap(data, size: mappedDataSize) }
         dataGuard = MappingGuard.register(mapped, size: size, fd: fd, offset: Self.headerSize)
-        dataGuardBase = MappingGuard.repairs(in: dataGuard)
         data = mapped
         mappedDataSize = size
     }
@@ -742,30 +735,25 @@ final class ChannelLog: @unchecked Sendable {
                 if field(Self.oReady) + field(Self.oTaken) >= limit { return .refused }
             case .offer(let waiter, let index):
                 mark = (Self.markOffer | UInt32(index), waiter.reference)
-            case .handoffOrOffer(let waiter, let index):
+            case .handoff, .handoffOrOffer:
+                // Room first: once a receiver is claimed, the element must go in.
                 try ensureSpace(size)
-                if let (entry, reference, receiverCase) = claimRegisteredReceiver(own: waiter) {
+                let offering: (waiter: ChannelWaiterTable.Waiter, case: Int)?
+                if case .handoffOrOffer(let waiter, let index) = mode { offering = (waiter, index) } else { offering = nil }
+                if let (entry, reference, index) = claimRegisteredReceiver(own: offering?.waiter ?? own) {
                     if reference == 0 { return .ownClaimed }
                     ownCancelled = true
                     clearRegistration(entry)
-                    mark = (Self.markHandoff | UInt32(receiverCase), reference)
-                } else {
+                    mark = (Self.markHandoff | UInt32(index), reference)
+                } else if let offering {
                     // Still waiting (nothing else of this select claimed it meanwhile, or the
                     // offer would never be taken): offer.
-                    guard waiters.isWaiting(waiter) else { return .ownClaimed }
-                    mark = (Self.markOffer | UInt32(index), waiter.reference)
-                }
-            case .handoff:
-                // Room first: once a receiver is claimed, the element must go in.
-                try ensureSpace(size)
-                guard let (entry, reference, index) = claimRegisteredReceiver(own: own) else {
+                    guard waiters.isWaiting(offering.waiter) else { return .ownClaimed }
+                    mark = (Self.markOffer | UInt32(offering.case), offering.waiter.reference)
+                } else {
                     if let own, !waiters.isWaiting(own), !waiters.cancelForOwnMove(own) { return .ownClaimed }
                     return .refused
                 }
-                if reference == 0 { return .ownClaimed }
-                ownCancelled = true
-                clearRegistration(entry)
-                mark = (Self.markHandoff | UInt32(index), reference)
             }
             if let own, !ownCancelled, !waiters.cancelForOwnMove(own) { return .ownClaimed }
             try ensureSpace(size)
@@ -1163,7 +1151,7 @@ final class ChannelLog: @unchecked Sendable {
     }
 
     /// Test support: when set, the process kills itself (SIGKILL) right after an acknowledgement
-    /// released the lock, the moment where a ring made after the unlock would be lost.
+    /// returned (its lock released and its rings made).
     static let killAfterAcknowledge = Atomic<Bool>(false)
     /// Test support: the process kills itself after its next unlock that owes rings, before it
     /// makes them (see `withLock`).

@@ -48,28 +48,34 @@ public struct ChannelSelectCase<Outcome> {
         _ handler: @escaping (Element?) async throws -> Outcome
     ) -> Self {
         let rendezvous = channel.capacity == .rendezvous
-        return Self(
-            attempt: { own in
-                while true {
-                    switch try channel.attemptReceive(own: own) {
-                    case .element(let element): return .fired { try await handler(element) }
-                    case .end:
-                        if let own, !channel.log.waiters.cancelForOwnMove(own) { return .ownClaimed }
-                        return .fired { try await handler(nil) }
-                    case .retry: continue
-                    case .ownClaimed: return .ownClaimed
-                    case .empty(let othersTaking):
-                        if othersTaking, try channel.log.recoverDeadTakers() { continue }
-                        return .notReady
-                    }
+        /// One look (`registering`: and, finding nothing, registers `own` under the same lock).
+        func look(own: ChannelWaiterTable.Waiter?, registering: Int?) throws -> Attempted {
+            while true {
+                switch try channel.attemptReceive(own: own, registering: registering) {
+                case .element(let element): return .fired { try await handler(element) }
+                case .end:
+                    if let own, !channel.log.waiters.cancelForOwnMove(own) { return .ownClaimed }
+                    return .fired { try await handler(nil) }
+                case .retry: continue
+                case .ownClaimed: return .ownClaimed
+                case .empty(let othersTaking):
+                    if othersTaking, try channel.log.recoverDeadTakers() { continue }
+                    return .notReady
                 }
-            },
+            }
+        }
+        return Self(
+            attempt: { own in try look(own: own, registering: nil) },
             doorbell: channel.log.readable,
             isClosed: { channel.log.isClosed },
             slowCheck: channel.log.storage.isFile,
             waiters: rendezvous ? channel.log.waiters : nil,
             arm: rendezvous ? { waiter, index in
-                let armed = Armed(
+                // Take what is offered, or register, under one lock.
+                let attempted = try look(own: waiter, registering: index)
+                // A case that fired took nothing it must give back.
+                if case .fired = attempted { return (nil, attempted) }
+                return (Armed(
                     complete: {
                         while true {
                             switch try channel.attemptReceive(addressedTo: waiter) {
@@ -79,21 +85,7 @@ public struct ChannelSelectCase<Outcome> {
                             }
                         }
                     },
-                    disarm: { try channel.log.unregister(waiter) })
-                while true {
-                    // Take what is offered, or register, under one lock.
-                    switch try channel.attemptReceive(own: waiter, registering: index) {
-                    case .element(let element): return (nil, .fired { try await handler(element) })
-                    case .end:
-                        if !channel.log.waiters.cancelForOwnMove(waiter) { return (armed, .ownClaimed) }
-                        return (armed, .fired { try await handler(nil) })
-                    case .retry: continue
-                    case .ownClaimed: return (armed, .ownClaimed)
-                    case .empty(let othersTaking):
-                        if othersTaking, try channel.log.recoverDeadTakers() { continue }
-                        return (armed, .notReady)
-                    }
-                }
+                    disarm: { try channel.log.unregister(waiter) }), attempted)
             } : nil
         )
     }
@@ -192,19 +184,17 @@ public func select<Outcome>(
     while true {
         var seen = doorbells.map { $0.snapshot() }
         let start = FastRandom.int(in: 0..<cases.count)
-        if armingLooks, !first {
-            // (The first round arms even past the deadline: a ready case still fires.)
-            try Task.checkCancellation()
-            if deadline.hasPassed { throw timedOut() }
-        }
-        first = false
         if !armingLooks {
             for step in 0..<cases.count {
                 if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
             }
+        }
+        // (A select that arms to look arms once even past the deadline: a ready case fires.)
+        if !armingLooks || !first {
             try Task.checkCancellation()
             if deadline.hasPassed { throw timedOut() }
         }
+        first = false
         let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
         func waits() -> [@Sendable () async throws -> Void] {
             zip(doorbells, seen).map { doorbell, seen in

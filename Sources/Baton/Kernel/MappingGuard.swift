@@ -25,8 +25,9 @@ package enum MappingGuard {
         baton_mapping_guard_register_at(pointer, size, fd, Int64(offset))
     }
 
-    /// How many faults the guard repaired in `slot` so far: an owner that remembers the count
-    /// learns, with one load and no system call, that its file was cut short since.
+    /// How many faults the guard repaired in `slot` since it was registered (0 for a negative
+    /// slot): an owner that remembers the count learns, with one load and no system call, that
+    /// its file was cut short since.
     static func repairs(in slot: Int32) -> UInt64 {
         baton_mapping_guard_slot_repairs(slot)
     }

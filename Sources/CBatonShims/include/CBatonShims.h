@@ -21,7 +21,7 @@ int baton_mapping_guard_register(void *start, size_t length, int fd);
 /// baton_mapping_guard_register for a mapping of `fd` from file offset `offset`: a fault is
 /// repaired by extending the file to `offset + length`.
 int baton_mapping_guard_register_at(void *start, size_t length, int fd, int64_t offset);
-/// How many faults the guard repaired in `slot` (it only grows; compare with an earlier value).
+/// How many faults the guard repaired in `slot` since it was registered (0 for a negative slot).
 uint64_t baton_mapping_guard_slot_repairs(int slot);
 /// Forgets a mapping (before it is unmapped or its descriptor closed).
 void baton_mapping_guard_unregister(int slot);
