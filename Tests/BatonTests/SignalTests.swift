@@ -1,4 +1,4 @@
-import Baton
+@testable import Baton
 import Foundation
 import BatonTestSupport
 import Testing
@@ -65,6 +65,39 @@ struct SignalTests {
         }
         #expect(state == 11)
         #expect(threadName == "baton-signals")
+    }
+
+    @Test("a delivery to a task on the signal thread costs that thread one round, not two")
+    func deliveryOnTheSignalThreadTakesOneRound() async throws {
+        let directory = try TemporaryContainer()
+        let signals = try SharedContainer(path: directory.path).signals
+        let table = try #require(signals.backend as? SignalTable)
+        let observation = try signals.observe("one-round")
+        let posts = 10
+        // The observing task runs on the signal thread and only waits for deliveries; this task
+        // posts (from other processes) and hears of each delivery through a stream, so nothing
+        // else runs on the signal thread.
+        let (delivered, continuation) = AsyncStream.makeStream(of: UInt64.self)
+        let observer = Task {
+            try await withTaskExecutorPreference(signals.executor) {
+                for try await delivery in observation { continuation.yield(delivery.state) }
+            }
+        }
+        defer { observer.cancel() }
+        var arrivals = delivered.makeAsyncIterator()
+        // The first post settles the thread (it started with the observation).
+        #expect(try await runBaton(["signal", "post", "one-round", "--state", "1"], container: directory.path).status == 0)
+        #expect(await arrivals.next() == 1)
+        let before = table.threadRounds
+        for state in 2...UInt64(posts + 1) {
+            #expect(try await runBaton(["signal", "post", "one-round", "--state", "\(state)"], container: directory.path).status == 0)
+            #expect(await arrivals.next() == state)
+        }
+        let rounds = table.threadRounds - before
+        // One round per post: the delivery resumes the task, which runs in that round and waits
+        // again. A task resumed by its own thread's delivery must not wake that thread once more
+        // (a second round per delivery, with its look at the table).
+        #expect(rounds <= UInt64(posts) + 2, "\(rounds) rounds for \(posts) posts")
     }
 
     @Test("entries of killed processes are reused, and observers beyond the 64 entries still get every post")

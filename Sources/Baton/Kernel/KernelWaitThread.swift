@@ -96,6 +96,7 @@ final class KernelWaitThread: @unchecked Sendable {
     private let privateWord = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     /// Wait ids, taken before the wait registers (its cancellation handler may run first).
     private let nextID = Atomic<UInt64>(0)
+    private let roundCount = Atomic<UInt64>(0)
 
     /// - Parameters:
     ///   - name: The OS thread's name (`baton-…`).
@@ -224,6 +225,10 @@ final class KernelWaitThread: @unchecked Sendable {
     /// How many waits and scheduled callbacks are registered now (for tests and diagnostics).
     var registered: Int { state.withLock { $0.machine.waiters.count } }
 
+    /// How many rounds the thread went (for tests and diagnostics: each costs the source's
+    /// look and, unless something is pending, a sleep).
+    var rounds: UInt64 { roundCount.load(ordering: .relaxed) }
+
     private func endWaits(_ count: Int) {
         state.withLock { $0.source }?.endWaits(count)
     }
@@ -285,6 +290,7 @@ final class KernelWaitThread: @unchecked Sendable {
             if source == nil && locked.attached { _ = locked.machine.shutdown() } // the thread itself is awake
             return source
         }
+        roundCount.add(1, ordering: .relaxed)
         let watch = source?.prepareToSleep()
         let round = state.withLock { $0.machine.round(watch: watch.map { ($0, $0.generation) }, clock: Self.now) }
         if round.endedWatches > 0 { source?.endWaits(round.endedWatches) }

@@ -636,7 +636,16 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         }
         guard let plan else { return nil }
         if let sleeping = plan.sleeping { sleepingFlag = (plan.map, sleeping) }
-        for (observer, value) in deliveries { observer.deliver(state: value) }
+        if !deliveries.isEmpty {
+            // The tasks these deliveries resume are queued (``enqueue(_:)``) while this thread
+            // is marked as delivering, and run just below in this round: no wake of this
+            // thread, which would cost a second round.
+            let marker = UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque())
+            let outer = baton_thread_context()
+            baton_set_thread_context(marker)
+            for (observer, value) in deliveries { observer.deliver(state: value) }
+            baton_set_thread_context(outer)
+        }
         _ = runJobs(on: jobExecutor)
         return KernelWaitWatch(word: Self.word(plan.map, plan.offset), expected: plan.seen, generation: plan.seen, keepAlive: plan.map)
     }
@@ -660,8 +669,14 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// Queues a job for the signal thread.
     fileprivate func enqueue(_ job: UnownedJob) {
         jobs.withLock { $0.append(job) }
+        // Queued by this thread's own deliveries (``prepareToSleep()``), which run the queue
+        // next: nothing to wake.
+        if baton_thread_context() == UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) { return }
         thread.wake()
     }
+
+    /// How many rounds the signal thread went (for tests).
+    var threadRounds: UInt64 { thread.rounds }
 
     /// Runs tasks on the signal thread (see ``Signals/executor``).
     let threadExecutor = SignalThreadExecutor()
