@@ -80,7 +80,7 @@ struct KernelTestCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "churn-containers")
         @OptionGroup var container: ContainerOptions
         @Option var rounds: Int = 50
-        @Option(help: "Comma-separated parts to use: signals, presence, channel.") var parts: String = "signals,presence,channel"
+        @Option(help: "Comma-separated parts to use: signals, presence, channel, rendezvous.") var parts: String = "signals,presence,channel,rendezvous"
         @Option(transform: ArgumentCheck.seconds) var timeout: Double = 10
 
         private final class WeakContainer {
@@ -140,6 +140,13 @@ struct KernelTestCommand: AsyncParsableCommand {
                 _ = try? await channel.receive(deadline: .after(.milliseconds(5)))
                 try await channel.send(1)
                 _ = try await channel.receive(deadline: .after(.seconds(10)))
+            }
+            if parts.contains("rendezvous") {
+                // A rendezvous takes a waiter record of the container's waiter table.
+                let channel = try SharedChannel<Int>(container, name: "churn-rendezvous", capacity: .rendezvous)
+                async let received = channel.receive(deadline: .after(.seconds(10)))
+                try await channel.send(1, deadline: .after(.seconds(10)))
+                _ = try await received
             }
             return WeakContainer(container)
         }

@@ -145,4 +145,65 @@ struct ChannelRendezvousTests {
         #expect(left.count <= kills, "\(left.count) elements stayed in rendezvous channels (\(kills) kills)")
         #expect(try x.trySend(-1) == false && y.trySend(-1) == false, "a dead selecter still counts as a waiting receiver")
     }
+
+    /// Two container objects on one path (an app that drops and reopens its container, or two
+    /// parts of one process): each one's rendezvous waits are recorded under its own owner token.
+    @Test("a container reopened on the same path waits under its own owner token: its suspension leaves no lock under .baton")
+    func reopenedContainerReleasesEveryLockWhenSuspended() async throws {
+        let directory = try TemporaryContainer()
+        weak var dropped: SharedContainer?
+        do {
+            let first = try SharedContainer(path: directory.path)
+            dropped = first
+            let c = try SharedChannel<String>(first, name: "c", capacity: .rendezvous)
+            await #expect { try await c.receive(deadline: .after(.milliseconds(50))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+        }
+        #expect(dropped == nil)
+        let second = try SharedContainer(path: directory.path)
+        let c = try SharedChannel<String>(second, name: "c", capacity: .rendezvous)
+        for round in 0..<3 {
+            // A rendezvous in the second container: one side waits on a waiter record.
+            async let received = c.receive(deadline: .after(.seconds(30)))
+            try await c.send("round \(round)", deadline: .after(.seconds(30)))
+            #expect(try await received == "round \(round)")
+            await #expect { try await c.receive(deadline: .after(.milliseconds(20))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+            await second.suspend()
+            let held = ProcLocks.held(by: getpid(), under: directory.path)
+            #expect(held.isEmpty, "round \(round): the suspended process holds \(held.count) lock(s) under the container: \(held)")
+            try await second.resume()
+        }
+    }
+
+    @Test("a container beside a suspended one on the same path meets other processes at rendezvous: its waiters live while it runs")
+    func containerBesideASuspendedOneMeetsOtherProcesses() async throws {
+        let directory = try TemporaryContainer()
+        let first = try SharedContainer(path: directory.path)
+        let firstChannel = try SharedChannel<String>(first, name: "c", capacity: .rendezvous)
+        await #expect { try await firstChannel.receive(deadline: .after(.milliseconds(50))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+        let second = try SharedContainer(path: directory.path)
+        let c = try SharedChannel<String>(second, name: "c", capacity: .rendezvous)
+
+        // The second container's send waits (its element offered); the first container is
+        // suspended meanwhile; another process receives: it must take the offer of a live waiter.
+        async let sent: Void = c.send("offered", deadline: .after(.seconds(20)))
+        try await Task.sleep(for: .milliseconds(300))
+        await first.suspend()
+        let receiver = try ChildProcess(["channel", "receive", "c", "--count", "1", "--timeout", "20"], container: directory.path)
+        #expect(try await receiver.line(timeout: 30) == "\"offered\"")
+        try await sent
+        #expect(try await receiver.wait(timeout: 30) == 0)
+
+        // With the first container still suspended, the second one's receiver waits for a sender
+        // in another process.
+        async let received = c.receive(deadline: .after(.seconds(20)))
+        let sender = try ChildProcess(["channel", "send", "c", "\"theirs\"", "--timeout", "20"], container: directory.path)
+        #expect(try await received == "theirs")
+        #expect(try await sender.wait(timeout: 30) == 0)
+
+        // One select waits under one container object's token: channels of two are refused.
+        await #expect {
+            try await select(.receive(from: firstChannel) { $0 }, .receive(from: c) { $0 }, deadline: .after(.milliseconds(20)))
+        } throws: { ($0 as? BatonError)?.code == .invalidArgument }
+        try await first.resume()
+    }
 }

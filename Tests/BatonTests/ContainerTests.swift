@@ -228,4 +228,43 @@ struct ContainerTests {
         #expect(after["maps", default: .max] <= baseline["maps", default: 0], "\(result.lines)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/.baton/presence").isEmpty)
     }
+
+    @Test("a dropped container whose rendezvous channels were used leaves no lock, mapping or descriptor of its files")
+    func droppedContainerWithRendezvousChannelsLeavesNothing() async throws {
+        let directory = try TemporaryContainer()
+        let path = URL(fileURLWithPath: directory.path).resolvingSymlinksInPath().path
+        weak var dropped: SharedContainer?
+        do {
+            let container = try SharedContainer(path: directory.path)
+            dropped = container
+            let c = try SharedChannel<String>(container, name: "c", capacity: .rendezvous)
+            async let received = c.receive(deadline: .after(.seconds(30)))
+            try await c.send("once", deadline: .after(.seconds(30)))
+            #expect(try await received == "once")
+            await #expect { try await select(.receive(from: c) { $0 }, deadline: .after(.milliseconds(20))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+        }
+        #expect(dropped == nil, "a dropped container is kept alive by its channels")
+        /// What this process still has of the container: mappings, descriptors, locks.
+        func remains() -> [String] {
+            func read(_ file: String) -> String {
+                FileHandle(forReadingAtPath: file).map { String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) } ?? ""
+            }
+            let maps = read("/proc/self/maps").split(separator: "\n").filter { $0.contains(path + "/") }.map { "map " + $0 }
+            let fds = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { fd -> String? in
+                guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd),
+                      target == path || target.hasPrefix(path + "/") else { return nil }
+                return "fd \(fd) -> \(target)"
+            }
+            let locks = ProcLocks.held(by: getpid(), under: directory.path).map { "lock \($0)" }
+            return maps + fds + locks
+        }
+        // (Threads let go of what they hold within moments: looked at until clean, for 10 s.)
+        let start = ContinuousClock.now
+        var left = remains()
+        while !left.isEmpty, ContinuousClock.now - start < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(20))
+            left = remains()
+        }
+        #expect(left.isEmpty, "\(left)")
+    }
 }

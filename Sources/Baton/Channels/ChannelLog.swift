@@ -82,7 +82,7 @@ final class ChannelLog: @unchecked Sendable {
     let name: String
     let readable: ChannelDoorbell
     let writable: ChannelDoorbell
-    /// The claim words of rendezvous waiters (shared by every channel of the container).
+    /// The claim words of rendezvous waiters (shared by every channel of the container object).
     let waiters: ChannelWaiterTable
     private let header: UnsafeMutableRawPointer
     private let headerMemory: ChannelHeaderMemory
@@ -133,7 +133,7 @@ final class ChannelLog: @unchecked Sendable {
     init(container: SharedContainer, name: String, capacity requested: ChannelCapacity?) throws {
         try SharedContainer.validateName(name, what: "a channel name")
         try container.makeDirectory(Self.directoryName)
-        let waiters = try ChannelWaiterTable.shared(for: container)
+        let waiters = try container.channelWaiters
         let relativePath = Self.directoryName + "/" + name
         // Owned by `descriptor` once the channel is open (closed when the log goes); until then a
         // throw closes it.

@@ -139,7 +139,8 @@ public struct ChannelSelectCase<Outcome> {
 /// - Returns: The outcome of the case taken.
 /// - Throws: `timedOut` at the deadline and `CancellationError` on cancellation (no case was
 ///   taken); `closed` for a send case on a closed channel; `malformedFrame` from a receive case;
-///   whatever the handler throws.
+///   `invalidArgument` when the rendezvous cases are channels of different ``SharedContainer``
+///   objects; whatever the handler throws.
 public func select<Outcome>(
     _ cases: ChannelSelectCase<Outcome>...,
     deadline: Deadline = .never
@@ -171,7 +172,7 @@ public func select<Outcome>(
     let rendezvous = cases.indices.filter { cases[$0].arm != nil }
     let table = rendezvous.first.flatMap { cases[$0].waiters }
     if let table, rendezvous.contains(where: { cases[$0].waiters !== table }) {
-        throw BatonError(.invalidArgument, "a select's rendezvous cases must be channels of one container (or all in-process channels)")
+        throw BatonError(.invalidArgument, "a select's rendezvous cases must be channels opened through one SharedContainer object (or all in-process channels): each container object waits under its own owner token")
     }
     let doorbells = cases.map(\.doorbell)
     // Receives fall back to a slow check for dead takers and dead counterparts; every other

@@ -50,8 +50,11 @@ final class ChannelWaiterTable: @unchecked Sendable {
 
     private let memory: ChannelHeaderMemory
     private let base: UnsafeMutableRawPointer
+    /// The owner tokens of the container this table belongs to: its records carry them, and the
+    /// container's suspension releases them (nil in process: token 1, always alive).
     private let owners: OwnerTokens?
-    /// Records this process owns and does not use now.
+    /// Records this container object owns and does not use now (under its current token, unless
+    /// a suspension released that token since: ``begin()`` checks).
     private let idle = Mutex<[Int]>([])
 
     private init(memory: ChannelHeaderMemory, owners: OwnerTokens?) {
@@ -63,27 +66,29 @@ final class ChannelWaiterTable: @unchecked Sendable {
     /// The table of the in-process channels.
     static let inProcess = ChannelWaiterTable(memory: ChannelHeaderMemory(allocating: size), owners: nil)
 
-    private static let tables = Mutex<[String: ChannelWaiterTable]>([:])
-
-    /// The table of `container` (one per container directory and process).
-    static func shared(for container: SharedContainer) throws -> ChannelWaiterTable {
-        try tables.withLock { tables in
-            if let table = tables[container.batonPath] { return table }
-            let file = try container.openDescriptor(fileName, flags: O_RDWR | O_CREAT)
-            let fd = file.rawValue
-            try Sys.flock(fd, LOCK_EX).get("locking \(fileName) to open it")
-            defer { _ = Sys.flock(fd, LOCK_UN) }
-            let current = Int(try Sys.fstat(fd).get("checking \(fileName)").st_size)
-            if current < size { try FileSpace.reserve(fd, from: current, to: size, path: fileName) }
-            let mapped = try Sys.mmap(fd, size: size, writable: true).get("mapping \(fileName)")
-            let table = ChannelWaiterTable(memory: ChannelHeaderMemory(mapped: mapped, size: size), owners: container.owners)
-            let magicWord = table.word(0, 0)
-            if baton_load64(magicWord) != magic.littleEndian {
-                // Zeroed (new) or damaged: records are self-checking (owner liveness, generation).
-                baton_store64(magicWord, magic.littleEndian)
-            }
-            tables[container.batonPath] = table
-            return table
+    /// Maps (creating when missing) the container's `.baton/channel-waiters`, for the container
+    /// object whose ``OwnerTokens`` are `owners`.
+    ///
+    /// One per container object, made on first use and kept by it (``SharedContainer``'s
+    /// `channelWaiters`); it holds the container's owner tokens and its own mapping, never the
+    /// container, and goes with it. Not one per path for the process: a second container object on the same
+    /// directory (an app that drops and reopens its container) must record its own token, which
+    /// its own suspension releases, and a dropped container's token and mapping must go with it.
+    init(files: ContainerFiles, owners: OwnerTokens) throws {
+        let file = try files.openDescriptor(Self.fileName, flags: O_RDWR | O_CREAT)
+        let fd = file.rawValue
+        try Sys.flock(fd, LOCK_EX).get("locking \(Self.fileName) to open it")
+        defer { _ = Sys.flock(fd, LOCK_UN) }
+        let current = Int(try Sys.fstat(fd).get("checking \(Self.fileName)").st_size)
+        if current < Self.size { try FileSpace.reserve(fd, from: current, to: Self.size, path: Self.fileName) }
+        let mapped = try Sys.mmap(fd, size: Self.size, writable: true).get("mapping \(Self.fileName)")
+        memory = ChannelHeaderMemory(mapped: mapped, size: Self.size)
+        base = mapped
+        self.owners = owners
+        let magicWord = word(0, 0)
+        if baton_load64(magicWord) != Self.magic.littleEndian {
+            // Zeroed (new) or damaged: records are self-checking (owner liveness, generation).
+            baton_store64(magicWord, Self.magic.littleEndian)
         }
     }
 

@@ -83,6 +83,7 @@ public final class SharedContainer: Sendable {
     private let lazyParts = Mutex<LazyParts>(LazyParts())
     private struct LazyParts {
         var signals: Signals?
+        var channelWaiters: ChannelWaiterTable?
     }
 
     /// The longest relative path Baton itself creates under `.baton` (e.g. `defaults/<suite>.log`
@@ -198,6 +199,20 @@ public final class SharedContainer: Sendable {
                 let signals = try Signals(container: self)
                 parts.signals = signals
                 return signals
+            }
+        }
+    }
+
+    /// The claim words of this container's rendezvous waiters, shared by its channels (made
+    /// when the first channel opens). Its records carry this container's ``owners``, so that this
+    /// container's suspension is what releases them.
+    var channelWaiters: ChannelWaiterTable {
+        get throws {
+            try lazyParts.withLock { parts in
+                if let table = parts.channelWaiters { return table }
+                let table = try ChannelWaiterTable(files: files, owners: owners)
+                parts.channelWaiters = table
+                return table
             }
         }
     }
