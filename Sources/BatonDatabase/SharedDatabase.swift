@@ -110,8 +110,9 @@ public final class SharedDatabase: Sendable {
         var depth = 0
         /// Operations (reads and writes) running now.
         var active = 0
-        /// Whether the writer connection was made query-only by the current suspension.
-        var writesRefused = false
+        /// The refusal of commits added to the writer connection by the current suspension,
+        /// with its `query_only` (``SuspensionMode/rollsBackWrites``).
+        var commitRefusal: CommitRefusal?
         /// Whether the current suspension has finished releasing the database.
         var closed = false
         /// Suspenders waiting for the first one to finish releasing.
@@ -588,8 +589,9 @@ public final class SharedDatabase: Sendable {
     /// ``resume()`` opens a new one). Writes through it are safe: while a Baton writer of any
     /// process has the writer queue, a write that finds SQLite's lock taken waits in the queue
     /// (woken when the turn is handed on) instead of failing with "database is locked" or
-    /// sleeping; while the database is suspended they fail with `SQLITE_READONLY` (reads go on).
-    /// Other processes' commits reach its observations while ``run()`` runs.
+    /// sleeping; while the database is suspended none commits (reads go on): see ``suspend()``
+    /// for the errors they fail with. Other processes' commits reach its observations while
+    /// ``run()`` runs.
     public var pool: DatabasePool {
         state.withLock { $0.pool! }
     }
@@ -635,8 +637,11 @@ public final class SharedDatabase: Sendable {
 
     /// Interrupts the running write, rolls back open write transactions, leaves the writer
     /// queue, and refuses new writes until ``resume()``: ``write(_:)`` and ``read(_:)`` throw
-    /// `suspended`; writes through ``pool`` throw `SQLITE_READONLY` (the writer connection is
-    /// query-only until resume), while reads through it go on.
+    /// `suspended`; writes through ``pool`` never commit (reads through it go on): they throw
+    /// `SQLITE_READONLY` (the writer connection is query-only until resume), or, after GRDB
+    /// turned `query_only` off for a read of its own on the writer connection (an observation
+    /// that starts), `suspended` when they reach their commit (rolled back) or `SQLITE_INTERRUPT`
+    /// when the progress handler stops one of their statements first.
     ///
     /// Returns once this process holds no write lock on the database (no RESERVED, PENDING or
     /// EXCLUSIVE lock, no WAL write lock) and no Baton lock on its writer queue. A write closure
@@ -648,8 +653,12 @@ public final class SharedDatabase: Sendable {
     ///
     /// With the default ``SuspensionMode/rollsBackWrites`` the pool stays open: its writer
     /// connection is made query-only (`PRAGMA query_only`, which SQLite checks before a write
-    /// transaction takes any lock); this database alone is suspended, not every GRDB database of
-    /// the process as GRDB's process-wide `Database.suspendNotification` would. Idle WAL reader connections keep
+    /// transaction takes any lock), and refuses every commit (SQLite's commit hook, through a
+    /// transaction observer: GRDB turns `query_only` off after each read of its own in its
+    /// read-only mode, so a write started after one takes the write lock until its refused commit
+    /// or interrupted statement; the refusal then turns `query_only` on again). This database
+    /// alone is suspended, not every GRDB database of the process as GRDB's process-wide
+    /// `Database.suspendNotification` would. Idle WAL reader connections keep
     /// their shared lock on the `-shm` file, which Apple's rule allows (TN2408: a WAL database is
     /// a problem only with a write transaction open), and observations of ``pool`` keep running.
     /// With ``SuspensionMode/closesConnections`` every statement is interrupted and every
@@ -703,15 +712,21 @@ public final class SharedDatabase: Sendable {
             // connection becomes query-only until resume(): SQLite refuses a statement that would
             // start a write transaction (SQLITE_READONLY) before it takes any lock, so a write
             // through the plain pool cannot take the write lock while the process is suspended.
+            // GRDB turns query_only off after a read of its own on the writer connection (an
+            // observation that starts), so every commit is refused too, whatever turned
+            // query_only off (see ``CommitRefusal``).
             // This suspends this database alone, not every database of the process as GRDB's
             // own suspension (a process-wide notification) would.
-            let refused = (try? await pool.writeWithoutTransaction { db -> Bool in
+            let path = self.path, interruption = self.interruption
+            let refusal = try? await pool.writeWithoutTransaction { db -> CommitRefusal? in
                 if db.isInsideTransaction { try db.rollback() }
-                if closes { return false }
-                try db.execute(sql: "PRAGMA query_only = 1")
-                return true
-            }) ?? false
-            state.withLock { $0.writesRefused = refused }
+                if closes { return nil }
+                let refusal = CommitRefusal(db, interruption: interruption, path: path)
+                db.add(transactionObserver: refusal, extent: .databaseLifetime)
+                _ = try? db.execute(sql: "PRAGMA query_only = 1")
+                return refusal
+            }
+            state.withLock { $0.commitRefusal = refusal }
         }
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             if state.depth > 0 {
@@ -740,12 +755,15 @@ public final class SharedDatabase: Sendable {
         guard reopen, !container.suspension.isExpired else { return }
         interruption.set(false)
         readInterruption.set(false)
-        let (pool, refused) = state.withLock { state in
-            defer { state.writesRefused = false }
-            return (state.pool, state.writesRefused)
+        let (pool, refusal) = state.withLock { state in
+            defer { state.commitRefusal = nil }
+            return (state.pool, state.commitRefusal)
         }
-        if refused, let pool {
-            try await pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA query_only = 0") }
+        if let refusal, let pool {
+            try await pool.writeWithoutTransaction { db in
+                db.remove(transactionObserver: refusal)
+                try db.execute(sql: "PRAGMA query_only = 0")
+            }
         }
         try state.withLock { state in
             state.closed = false

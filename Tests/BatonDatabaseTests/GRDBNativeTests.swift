@@ -297,6 +297,125 @@ struct GRDBNativeTests {
         #expect(relay.ended == nil)
     }
 
+    /// Whether the writer connection of `pool` is query-only now.
+    func isQueryOnly(_ pool: DatabasePool) async throws -> Bool {
+        try await pool.writeWithoutTransaction { db in try Bool.fetchOne(db, sql: "PRAGMA query_only") ?? false }
+    }
+
+    /// A read that GRDB runs on the writer connection in its read-only mode (as it does to
+    /// start a `ValueObservation` of a pool): GRDB sets `PRAGMA query_only` on around it, and
+    /// off after it.
+    func readOnWriterConnection(_ pool: DatabasePool) async throws {
+        try await pool.writeWithoutTransaction { db in
+            try db.readOnly { _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM item") }
+        }
+    }
+
+    /// GRDB turns `PRAGMA query_only` off after each read it runs on the writer connection in
+    /// its read-only mode (a `ValueObservation` that starts, `Database.readOnly`), whoever had
+    /// turned it on: after such a read during a suspension the writer connection could write
+    /// again, and a short write (one the progress handler does not see: an autocommit
+    /// statement, `PRAGMA user_version`) committed while the process was suspended.
+    @Test("no write through the pool commits while suspended, even after GRDB turned query_only off for a read of its own")
+    func suspendedWritesNeverCommit() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        // The committed rows, as any other connection sees them.
+        var plain = GRDB.Configuration()
+        plain.readonly = true
+        let other = try DatabaseQueue(path: path, configuration: plain)
+        func committed() throws -> (rows: Int, userVersion: Int) {
+            try other.read { db in
+                (try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? -1, try Int.fetchOne(db, sql: "PRAGMA user_version") ?? -1)
+            }
+        }
+        let before = try committed()
+        await database.suspend()
+        #expect(try await isQueryOnly(pool))
+        // An observation that starts while suspended reads on the writer connection.
+        let observed = ObservedCount(pool)
+        try await observed.wait(for: 0, "the first value")
+        try await within(30, "GRDB's read-only mode left on the writer connection") {
+            while try await self.isQueryOnly(pool) { try await Task.sleep(for: .milliseconds(5)) }
+        }
+
+        // Every way a user has to write, each one after a read of GRDB's on the writer connection.
+        // (Distinct rows: item has a unique (writer, seq).)
+        let insert = "INSERT INTO item(writer, seq) VALUES (7, ?)"
+        let attempts: [(String, @Sendable (Int) async throws -> Void)] = [
+            ("database.write", { seq in try await database.write { db in try db.execute(sql: insert, arguments: [seq]) } }),
+            ("pool.write", { seq in try await pool.write { db in try db.execute(sql: insert, arguments: [seq]) } }),
+            ("synchronous pool.write", { seq in try Self.synchronousWrite(pool, insert, seq) }),
+            ("pool.writeWithoutTransaction, autocommit INSERT", { seq in try await pool.writeWithoutTransaction { db in try db.execute(sql: insert, arguments: [seq]) } }),
+            ("pool.writeWithoutTransaction, PRAGMA user_version", { _ in try await pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA user_version = 77") } }),
+            ("pool.barrierWriteWithoutTransaction", { seq in try await pool.barrierWriteWithoutTransaction { db in try db.execute(sql: insert, arguments: [seq]) } }),
+            ("pool.writeWithoutTransaction, BEGIN IMMEDIATE ... COMMIT", { seq in
+                try await pool.writeWithoutTransaction { db in
+                    try db.execute(sql: "BEGIN IMMEDIATE TRANSACTION")
+                    do {
+                        try db.execute(sql: insert, arguments: [seq])
+                        try db.execute(sql: "COMMIT")
+                    } catch {
+                        if db.isInsideTransaction { try db.rollback() }
+                        throw error
+                    }
+                }
+            }),
+            ("pool.write in a savepoint", { seq in try await pool.write { db in try db.inSavepoint { try db.execute(sql: insert, arguments: [seq]); return .commit } } }),
+            ("pool.write, PRAGMA user_version", { _ in try await pool.write { db in try db.execute(sql: "PRAGMA user_version = 78") } }),
+        ]
+        for (seq, (name, attempt)) in attempts.enumerated() {
+            try await readOnWriterConnection(pool)
+            let last = try committed()
+            do {
+                try await attempt(seq)
+                Issue.record("\(name) returned while suspended")
+            } catch let error as BatonError {
+                #expect(error.code == .suspended, "\(name): \(error)")
+            } catch let error as DatabaseError where [.SQLITE_INTERRUPT, .SQLITE_READONLY].contains(error.resultCode) {
+                // What GRDB throws for a write through the pool stopped before its commit (a
+                // statement interrupted in a write transaction, or refused by query_only).
+            } catch {
+                Issue.record("\(name) failed with \(error), not `suspended`")
+            }
+            let now = try committed()
+            #expect(now.rows == last.rows && now.userVersion == last.userVersion, "\(name): committed while suspended (\(now))")
+            #expect(!(try await pool.writeWithoutTransaction { db in db.isInsideTransaction }), "\(name) left a transaction open")
+        }
+        // A commit refused after GRDB's read: `suspended`, and the connection is query-only
+        // again, so the next write fails before it takes a lock.
+        try await readOnWriterConnection(pool)
+        await #expect { try await pool.writeWithoutTransaction { db in try db.execute(sql: insert, arguments: [50]) } } throws: {
+            ($0 as? BatonError)?.code == .suspended
+        }
+        #expect(try await isQueryOnly(pool), "query_only is off after a refused commit")
+        await #expect { try await pool.write { db in try db.execute(sql: "PRAGMA user_version = 79") } } throws: {
+            ($0 as? DatabaseError)?.resultCode == .SQLITE_READONLY
+        }
+        let suspended = try committed()
+        #expect(suspended.rows == before.rows && suspended.userVersion == before.userVersion, "committed while suspended: \(suspended)")
+        #expect(try await writeLockIsFree(path, directory), "a refused write left a write lock")
+
+        try await database.resume()
+        #expect(!(try await isQueryOnly(pool)))
+        for (seq, (name, attempt)) in attempts.enumerated() {
+            do {
+                try await attempt(100 + seq)
+            } catch {
+                Issue.record("\(name) after resume(): \(error)")
+            }
+        }
+        let after = try committed()
+        #expect(after.rows == before.rows + attempts.count - 2 && after.userVersion == 78, "\(after)")
+        try await observed.wait(for: after.rows, "the observation started while suspended delivers after resume()")
+    }
+
+    static func synchronousWrite(_ pool: DatabasePool, _ sql: String, _ seq: Int) throws {
+        try pool.write { db in try db.execute(sql: sql, arguments: [seq]) }
+    }
+
     /// GRDB fetches some values of a `ValueObservation.tracking` on the writer connection: as the
     /// observation starts there (it did in every run of this test), and after every commit (a
     /// region that is not constant). The suspension's progress handler interrupted every
