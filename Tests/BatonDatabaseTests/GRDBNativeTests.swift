@@ -155,7 +155,7 @@ struct GRDBNativeTests {
         defer { relay.cancel() }
         let changes = Atomic<Int>(0)
         let observation = DatabaseRegionObservation(tracking: Table("item"))
-        let cancellable = try observation.start(in: database.pool, onError: { _ in }, onChange: { _ in
+        let cancellable = observation.start(in: database.pool, onError: { _ in }, onChange: { _ in
             changes.add(1, ordering: .relaxed)
         })
         defer { cancellable.cancel() }
@@ -219,7 +219,7 @@ struct GRDBNativeTests {
         let relays = [Task { try await first.run() }, Task { try await second.run() }]
         defer { for relay in relays { relay.cancel() } }
         let changes = Atomic<Int>(0)
-        let cancellable = try DatabaseRegionObservation(tracking: Table("item")).start(in: first.pool, onError: { _ in }, onChange: { _ in
+        let cancellable = DatabaseRegionObservation(tracking: Table("item")).start(in: first.pool, onError: { _ in }, onChange: { _ in
             changes.add(1, ordering: .relaxed)
         })
         defer { cancellable.cancel() }
