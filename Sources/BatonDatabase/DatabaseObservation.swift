@@ -51,9 +51,10 @@ public struct DatabaseObservation<Element: Sendable>: AsyncSequence, Sendable {
             }
         }
 
-        /// The value, or `nil` while the database is suspended. Read on the calling thread: a
-        /// fresh value costs no thread hop after the wake-up (run the iteration on
-        /// `container.signals.executor` and it costs none at all).
+        /// The value, or `nil` while the database is suspended. Read on the calling thread (a
+        /// reader connection does not wait behind writes), so the fetch costs no thread hop
+        /// after the wake-up; the `data_version` baseline taken just before it costs two (see
+        /// ``SharedDatabase/dataVersion()``: it must not hold the thread behind a write).
         private func fetch() throws -> Element? {
             do {
                 return try database.readNow(value)

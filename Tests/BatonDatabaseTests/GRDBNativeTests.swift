@@ -416,6 +416,98 @@ struct GRDBNativeTests {
         try pool.write { db in try db.execute(sql: sql, arguments: [seq]) }
     }
 
+    /// A `TaskExecutor` with one thread of its own: a task that blocks that thread holds back
+    /// every other task that prefers it (the cooperative pool has a thread per core, so a
+    /// blocked one there is hard to see on a machine with several).
+    final class OneThreadExecutor: TaskExecutor, @unchecked Sendable {
+        // @unchecked: `jobs` is only touched under `condition`.
+        private let condition = NSCondition()
+        private var jobs: [UnownedJob] = []
+        static let shared = OneThreadExecutor()
+
+        private init() {
+            let thread = Thread { [unowned self] in self.loop() }
+            thread.name = "OneThreadExecutor"
+            thread.start()
+        }
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            condition.lock()
+            jobs.append(job)
+            condition.signal()
+            condition.unlock()
+        }
+
+        private func loop() {
+            while true {
+                condition.lock()
+                while jobs.isEmpty { condition.wait() }
+                let job = jobs.removeFirst()
+                condition.unlock()
+                job.runSynchronously(on: asUnownedTaskExecutor())
+            }
+        }
+    }
+
+    /// The relay polls `PRAGMA data_version` on the writer connection (every
+    /// `externalChangePollInterval`, and after each commit signal). It read it with GRDB's
+    /// synchronous access on the calling thread whenever no Baton access used the writer
+    /// connection, so while the app wrote through the pool it held its thread (a thread of the
+    /// cooperative pool, or of the executor it ran on) until that write ended.
+    @Test("the relay's poll does not hold its thread while the app writes through the pool")
+    func relayPollDoesNotBlockBehindAPoolWrite() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        let observed = ObservedCount(pool)
+        try await observed.wait(for: 0, "the first value")
+        let executor = OneThreadExecutor.shared
+        let ended = Mutex<String?>(nil)
+        let relay = Task(executorPreference: executor) {
+            do {
+                try await database.run()
+                ended.withLock { $0 = "the relay returned" }
+            } catch {
+                ended.withLock { $0 = "the relay threw: \(error)" }
+            }
+        }
+        defer { relay.cancel() }
+        try await Task.sleep(for: .milliseconds(300))  // (the relay starts and polls every 100 ms)
+
+        // The app's long write through the pool (on GRDB's writer queue).
+        let writing = Flag(), release = Flag()
+        let write = Task.detached {
+            try await pool.write { db in
+                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 1)")
+                writing.value.store(true, ordering: .relaxed)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+            }
+        }
+        while !writing.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(400))  // (several polls meet the write)
+        // Ends the write after 1.5 s whatever happens.
+        let releaser = Task.detached {
+            try? await Task.sleep(for: .milliseconds(1_500))
+            release.value.store(true, ordering: .relaxed)
+        }
+        let asked = ContinuousClock.now
+        let ran = await Task(executorPreference: executor) { ContinuousClock.now }.value
+        let waited = ran - asked
+        #expect(waited < .milliseconds(500), "a task on the relay's executor waited \(waited) for the app's write through the pool")
+        release.value.store(true, ordering: .relaxed)
+        try await write.value
+        await releaser.value
+
+        // The relay still relays.
+        try await observed.wait(for: 1, "the app's own write")
+        try await commitTwoRowsFromAnotherProcess(path, directory)
+        try await observed.wait(for: 3, "another process's commit after the long write")
+        #expect(ended.withLock { $0 } == nil)
+    }
+
     /// GRDB fetches some values of a `ValueObservation.tracking` on the writer connection: as the
     /// observation starts there (it did in every run of this test), and after every commit (a
     /// region that is not constant). The suspension's progress handler interrupted every
