@@ -508,6 +508,64 @@ struct GRDBNativeTests {
         #expect(ended.withLock { $0 } == nil)
     }
 
+    /// After each commit signal `observe()` takes a `data_version` baseline, then fetches. It read
+    /// `data_version` on GRDB's writer connection: with GRDB's synchronous access on the calling
+    /// thread at first (an iteration on the signal thread stopped there while the app used the
+    /// writer connection), then with its asynchronous access (the thread went free, but the value
+    /// still waited for the writer connection). It reads it on a connection of its own now.
+    @Test("observe() on the signal executor gets another process's commit while the app holds GRDB's writer connection")
+    func observationDoesNotWaitForTheWriterConnection() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        let latest = Atomic<Int>(-1)
+        let ended = Mutex<String?>(nil)
+        let observer = Task(executorPreference: try database.container.signals.executor) {
+            do {
+                let values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer = 3") ?? 0 }
+                for try await count in values { latest.store(count, ordering: .relaxed) }
+                ended.withLock { $0 = "the observation finished" }
+            } catch {
+                ended.withLock { $0 = "the observation failed: \(error)" }
+            }
+        }
+        defer { observer.cancel() }
+        try await within(30, "the first value") {
+            while latest.load(ordering: .relaxed) != 0 { try await Task.sleep(for: .milliseconds(5)) }
+        }
+
+        // The app holds GRDB's writer connection (outside a transaction, so that another process
+        // can commit meanwhile) until 1.5 s after that commit.
+        let holding = Flag(), release = Flag()
+        let hold = Task.detached {
+            try await pool.writeWithoutTransaction { _ in
+                holding.value.store(true, ordering: .relaxed)
+                let deadline = ContinuousClock.now + .seconds(20)
+                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+            }
+        }
+        while !holding.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await commitTwoRowsFromAnotherProcess(path, directory)
+        let committed = ContinuousClock.now
+        let releaser = Task.detached {
+            try? await Task.sleep(for: .milliseconds(1_500))
+            release.value.store(true, ordering: .relaxed)
+        }
+        try await within(30, "the other process's commit") {
+            while latest.load(ordering: .relaxed) != 2 {
+                if let end = ended.withLock({ $0 }) { throw TestFailure(end) }
+                try await Task.sleep(for: .milliseconds(1))
+            }
+        }
+        let waited = ContinuousClock.now - committed
+        #expect(waited < .milliseconds(750), "the fresh value waited \(waited) for the app's hold on the writer connection")
+        release.value.store(true, ordering: .relaxed)
+        try await hold.value
+        await releaser.value
+        #expect(ended.withLock { $0 } == nil)
+    }
+
     /// GRDB fetches some values of a `ValueObservation.tracking` on the writer connection: as the
     /// observation starts there (it did in every run of this test), and after every commit (a
     /// region that is not constant). The suspension's progress handler interrupted every
