@@ -51,9 +51,12 @@ public struct DatabaseObservation<Element: Sendable>: AsyncSequence, Sendable {
             }
         }
 
-        /// The value, or `nil` while the database is suspended. Read on the calling thread: a
-        /// fresh value costs no thread hop after the wake-up (run the iteration on
-        /// `container.signals.executor` and it costs none at all).
+        /// The value, or `nil` while the database is suspended. Read on the calling thread (a
+        /// reader connection does not wait behind writes), as is the `data_version` baseline
+        /// taken just before it (on a connection of its own, see
+        /// ``SharedDatabase/dataVersion()``): a fresh value costs no thread hop after the
+        /// wake-up (run the iteration on `container.signals.executor` and it costs none at all),
+        /// and neither waits for the app's writes through the pool.
         private func fetch() throws -> Element? {
             do {
                 return try database.readNow(value)
@@ -133,7 +136,9 @@ struct ChangeWatch: Sendable {
                     if baseline == nil { return .external }  // first check after a resume
                     continue
                 }
-                // data_version moved: a Baton commit (its signal is on its way) or another program.
+                // data_version moved: a Baton commit (its signal is on its way) or another program
+                // (or this process's write through the pool with no table watcher: it rings no
+                // signal, and the data_version connection sees it as any other connection does).
                 let sequence = database.writerQueue.sequence
                 if sequence != lastSequence {
                     lastSequence = sequence

@@ -86,8 +86,9 @@ public final class SharedDatabase: Sendable {
     /// the writer connection: that transaction is not a commit to announce (see
     /// ``CommitBroadcaster``). Only touched on the writer connection's queue.
     let relaying = InterruptionFlag()
-    /// Writer-connection accesses of this process in flight (writes, data_version checks): the
-    /// fast path runs only when there are none, so GRDB's writer queue is idle.
+    /// Writer-connection accesses of this process in flight (writes, the relay's notifications,
+    /// data_version checks when their own connection cannot be used): the fast path runs only
+    /// when there are none, so GRDB's writer queue is idle.
     let writerAccesses = Atomic<Int>(0)
     /// Commits of this process while its WAL is past the size bound (a `RESTART` is tried every
     /// 32nd).
@@ -106,6 +107,9 @@ public final class SharedDatabase: Sendable {
         var pool: DatabasePool?
         /// Whether `pool` was closed by a suspension (``SuspensionMode/closesConnections``).
         var poolClosed = false
+        /// The connection that reads `PRAGMA data_version` (see ``dataVersion()``): made on
+        /// first use, closed with `pool`, made again for the next one.
+        var versionReader = VersionReaderSlot.unopened
         /// Nested suspensions (ours and the container's).
         var depth = 0
         /// Operations (reads and writes) running now.
@@ -122,6 +126,20 @@ public final class SharedDatabase: Sendable {
         var registration: SuspensionController.RegistrationToken?
     }
 
+    enum VersionReaderSlot {
+        case unopened
+        case open(DataVersionReader)
+        /// It could not be opened: ``dataVersion()`` uses the writer connection until `pool` is
+        /// opened again.
+        case unavailable
+
+        /// Closes an open reader; the next pool gets a new one.
+        mutating func close() {
+            if case .open(let reader) = self { reader.close() }
+            self = .unopened
+        }
+    }
+
     private init(path: String, container: SharedContainer, configuration: Configuration, readOnly: Bool) throws {
         self.path = path
         self.container = container
@@ -136,7 +154,10 @@ public final class SharedDatabase: Sendable {
 
     deinit {
         releaseKeptTurn()
-        let (pool, token) = state.withLock { ($0.pool, $0.registration) }
+        let (pool, token) = state.withLock { state in
+            state.versionReader.close()
+            return (state.pool, state.registration)
+        }
         if let token { container.suspension.unregister(token) }
         try? pool?.close()
     }
@@ -610,6 +631,7 @@ public final class SharedDatabase: Sendable {
                 // A resume that could not open the database again.
                 state.pool = try makePool()
                 state.poolClosed = false
+                state.versionReader = .unopened
             }
             state.active += 1
             return state.pool!
@@ -731,6 +753,8 @@ public final class SharedDatabase: Sendable {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             if state.depth > 0 {
                 if closes, let pool, state.pool === pool {
+                    // (No dataVersion() runs now: it is an operation, and they have drained.)
+                    state.versionReader.close()
                     try? pool.close()
                     state.poolClosed = true
                 }
@@ -770,6 +794,7 @@ public final class SharedDatabase: Sendable {
             if state.poolClosed, state.depth == 0 {
                 state.pool = try makePool()
                 state.poolClosed = false
+                state.versionReader = .unopened
             }
         }
     }
@@ -785,36 +810,70 @@ public final class SharedDatabase: Sendable {
 
     // MARK: - Internal access for observation
 
-    /// `PRAGMA data_version` of the writer connection (changes when another connection
-    /// commits), with the identity of the pool it was read from.
+    /// `PRAGMA data_version` (changes when another connection commits), with the identity of the
+    /// connection it was read from: values of different connections cannot be compared.
+    ///
+    /// Read on the calling thread, on a connection of its own (``DataVersionReader``): in WAL
+    /// mode a reader never waits for a writer, and nothing else uses that connection, so this
+    /// neither holds the thread behind the app's long write through ``pool`` (which GRDB's
+    /// synchronous access to the writer connection did) nor costs two thread hops per change
+    /// seen (which its asynchronous access did, and the value still waited for that write).
+    /// That connection sees every commit of the other connections, this process's writer
+    /// connection included (the writer connection saw neither its own commits nor those of
+    /// writes through ``pool``: a write through ``pool`` that rings no signal, with no table
+    /// watcher, is now seen as a change by another program within
+    /// ``Configuration/externalChangePollInterval``, as other processes see it).
+    ///
+    /// While suspended it throws `suspended`, like any operation. When the connection cannot
+    /// be opened (or, for one call, while another connection recovers the WAL: `SQLITE_BUSY`),
+    /// it reads the writer connection's value with GRDB's asynchronous access, as before.
     func dataVersion() async throws -> DataVersion {
         let pool = try enter(writing: false)
         defer { leave() }
-        if let version = try dataVersionNow(pool) { return version }
+        if let reader = versionReader() {
+            do {
+                return DataVersion(connection: .dedicated(reader.identity), value: try reader.read())
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY {
+                // (WAL recovery: rare and short. The writer connection's value differs from the
+                // dedicated connection's, so the caller sees one change that may not be one.)
+            } catch {
+                throw translate(error)
+            }
+        }
         writerAccesses.add(1, ordering: .acquiringAndReleasing)
         defer { writerAccesses.subtract(1, ordering: .releasing) }
         do {
             let value = try await pool.writeWithoutTransaction { db in
                 try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0
             }
-            return DataVersion(pool: ObjectIdentifier(pool), value: value)
+            return DataVersion(connection: .writer(ObjectIdentifier(pool)), value: value)
         } catch {
             throw translate(error)
         }
     }
 
-    /// ``dataVersion()`` on the calling thread when the writer connection is idle (as the write
-    /// fast path does): GRDB's synchronous access then runs here, with no thread hop for a
-    /// one-row pragma. `nil` when the connection is busy (the caller queues instead).
-    private func dataVersionNow(_ pool: DatabasePool) throws -> DataVersion? {
-        guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else { return nil }
-        defer { writerAccesses.subtract(1, ordering: .releasing) }
-        do {
-            let value = try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA data_version") ?? 0 }
-            return DataVersion(pool: ObjectIdentifier(pool), value: value)
-        } catch {
-            throw translate(error)
+    /// The connection for ``dataVersion()`` (called as an operation, so no suspension closes it
+    /// meanwhile), opened on first use after each opening of the pool; `nil` if it could not be
+    /// opened.
+    func versionReader() -> DataVersionReader? {
+        switch state.withLock({ $0.versionReader }) {
+        case .open(let reader): return reader
+        case .unavailable: return nil
+        case .unopened: break
         }
+        // Opened outside the lock (it reads the schema); a caller that lost the race closes its own.
+        let opened = try? DataVersionReader(path: path)
+        let (chosen, spare) = state.withLock { state -> (DataVersionReader?, DataVersionReader?) in
+            switch state.versionReader {
+            case .open(let reader): return (reader, opened)
+            case .unavailable: return (nil, opened)
+            case .unopened:
+                state.versionReader = opened.map { .open($0) } ?? .unavailable
+                return (opened, nil)
+            }
+        }
+        spare?.close()
+        return chosen
     }
 
     /// Reads on the calling thread (GRDB's synchronous read runs there when a reader is free):
@@ -844,8 +903,15 @@ public final class SharedDatabase: Sendable {
         }
     }
 
+    /// A `data_version` value and the connection it was read from.
     struct DataVersion: Equatable {
-        var pool: ObjectIdentifier
+        enum Connection: Equatable {
+            /// A ``DataVersionReader``, by its identity (new for every connection opened).
+            case dedicated(UInt64)
+            /// The writer connection of a pool (when the dedicated one could not be used).
+            case writer(ObjectIdentifier)
+        }
+        var connection: Connection
         var value: Int
     }
 

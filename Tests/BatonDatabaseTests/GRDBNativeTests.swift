@@ -416,6 +416,156 @@ struct GRDBNativeTests {
         try pool.write { db in try db.execute(sql: sql, arguments: [seq]) }
     }
 
+    /// A `TaskExecutor` with one thread of its own: a task that blocks that thread holds back
+    /// every other task that prefers it (the cooperative pool has a thread per core, so a
+    /// blocked one there is hard to see on a machine with several).
+    final class OneThreadExecutor: TaskExecutor, @unchecked Sendable {
+        // @unchecked: `jobs` is only touched under `condition`.
+        private let condition = NSCondition()
+        private var jobs: [UnownedJob] = []
+        static let shared = OneThreadExecutor()
+
+        private init() {
+            let thread = Thread { [unowned self] in self.loop() }
+            thread.name = "OneThreadExecutor"
+            thread.start()
+        }
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            condition.lock()
+            jobs.append(job)
+            condition.signal()
+            condition.unlock()
+        }
+
+        private func loop() {
+            while true {
+                condition.lock()
+                while jobs.isEmpty { condition.wait() }
+                let job = jobs.removeFirst()
+                condition.unlock()
+                job.runSynchronously(on: asUnownedTaskExecutor())
+            }
+        }
+    }
+
+    /// The relay polls `PRAGMA data_version` on the writer connection (every
+    /// `externalChangePollInterval`, and after each commit signal). It read it with GRDB's
+    /// synchronous access on the calling thread whenever no Baton access used the writer
+    /// connection, so while the app wrote through the pool it held its thread (a thread of the
+    /// cooperative pool, or of the executor it ran on) until that write ended.
+    @Test("the relay's poll does not hold its thread while the app writes through the pool")
+    func relayPollDoesNotBlockBehindAPoolWrite() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        let observed = ObservedCount(pool)
+        try await observed.wait(for: 0, "the first value")
+        let executor = OneThreadExecutor.shared
+        let ended = Mutex<String?>(nil)
+        let relay = Task(executorPreference: executor) {
+            do {
+                try await database.run()
+                ended.withLock { $0 = "the relay returned" }
+            } catch {
+                ended.withLock { $0 = "the relay threw: \(error)" }
+            }
+        }
+        defer { relay.cancel() }
+        try await Task.sleep(for: .milliseconds(300))  // (the relay starts and polls every 100 ms)
+
+        // The app's long write through the pool (on GRDB's writer queue).
+        let writing = Flag(), release = Flag()
+        let write = Task.detached {
+            try await pool.write { db in
+                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 1)")
+                writing.value.store(true, ordering: .relaxed)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+            }
+        }
+        while !writing.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(400))  // (several polls meet the write)
+        // Ends the write after 1.5 s whatever happens.
+        let releaser = Task.detached {
+            try? await Task.sleep(for: .milliseconds(1_500))
+            release.value.store(true, ordering: .relaxed)
+        }
+        let asked = ContinuousClock.now
+        let ran = await Task(executorPreference: executor) { ContinuousClock.now }.value
+        let waited = ran - asked
+        #expect(waited < .milliseconds(500), "a task on the relay's executor waited \(waited) for the app's write through the pool")
+        release.value.store(true, ordering: .relaxed)
+        try await write.value
+        await releaser.value
+
+        // The relay still relays.
+        try await observed.wait(for: 1, "the app's own write")
+        try await commitTwoRowsFromAnotherProcess(path, directory)
+        try await observed.wait(for: 3, "another process's commit after the long write")
+        #expect(ended.withLock { $0 } == nil)
+    }
+
+    /// After each commit signal `observe()` takes a `data_version` baseline, then fetches. It read
+    /// `data_version` on GRDB's writer connection: with GRDB's synchronous access on the calling
+    /// thread at first (an iteration on the signal thread stopped there while the app used the
+    /// writer connection), then with its asynchronous access (the thread went free, but the value
+    /// still waited for the writer connection). It reads it on a connection of its own now.
+    @Test("observe() on the signal executor gets another process's commit while the app holds GRDB's writer connection")
+    func observationDoesNotWaitForTheWriterConnection() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path)
+        let pool = database.pool
+        let latest = Atomic<Int>(-1)
+        let ended = Mutex<String?>(nil)
+        let observer = Task(executorPreference: try database.container.signals.executor) {
+            do {
+                let values = database.observe { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer = 3") ?? 0 }
+                for try await count in values { latest.store(count, ordering: .relaxed) }
+                ended.withLock { $0 = "the observation finished" }
+            } catch {
+                ended.withLock { $0 = "the observation failed: \(error)" }
+            }
+        }
+        defer { observer.cancel() }
+        try await within(30, "the first value") {
+            while latest.load(ordering: .relaxed) != 0 { try await Task.sleep(for: .milliseconds(5)) }
+        }
+
+        // The app holds GRDB's writer connection (outside a transaction, so that another process
+        // can commit meanwhile) until 1.5 s after that commit.
+        let holding = Flag(), release = Flag()
+        let hold = Task.detached {
+            try await pool.writeWithoutTransaction { _ in
+                holding.value.store(true, ordering: .relaxed)
+                let deadline = ContinuousClock.now + .seconds(20)
+                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+            }
+        }
+        while !holding.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        try await commitTwoRowsFromAnotherProcess(path, directory)
+        let committed = ContinuousClock.now
+        let releaser = Task.detached {
+            try? await Task.sleep(for: .milliseconds(1_500))
+            release.value.store(true, ordering: .relaxed)
+        }
+        try await within(30, "the other process's commit") {
+            while latest.load(ordering: .relaxed) != 2 {
+                if let end = ended.withLock({ $0 }) { throw TestFailure(end) }
+                try await Task.sleep(for: .milliseconds(1))
+            }
+        }
+        let waited = ContinuousClock.now - committed
+        #expect(waited < .milliseconds(750), "the fresh value waited \(waited) for the app's hold on the writer connection")
+        release.value.store(true, ordering: .relaxed)
+        try await hold.value
+        await releaser.value
+        #expect(ended.withLock { $0 } == nil)
+    }
+
     /// GRDB fetches some values of a `ValueObservation.tracking` on the writer connection: as the
     /// observation starts there (it did in every run of this test), and after every commit (a
     /// region that is not constant). The suspension's progress handler interrupted every
