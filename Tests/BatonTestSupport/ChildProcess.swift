@@ -129,14 +129,18 @@ package final class ChildProcess: Sendable {
     @discardableResult
     package func wait(timeout: Double = 20) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
+        var lastLook = false
+        while !lastLook {
+            // One more look once the deadline passed: a task resumed late (the test runner's
+            // cooperative pool is busy with other tests) must not call an exited child hung.
+            lastLook = Date() >= deadline
             if let status = process.reap(blocking: false) {
                 for _ in 0..<200 where !outputClosed || !errorsClosed.withLock({ $0 }) {
                     try await Task.sleep(for: .milliseconds(5))
                 }
                 return status
             }
-            try await Task.sleep(for: .milliseconds(5))
+            if !lastLook { try await Task.sleep(for: .milliseconds(5)) }
         }
         throw TestFailure("baton \(arguments.joined(separator: " ")) did not exit within \(timeout)s")
     }
