@@ -133,7 +133,7 @@ struct SimulatorGRDBAppCommand: AsyncParsableCommand {
             write = { body in try await pool.write(body) }
         }
         ChildChannel.emit(.ready, detail: baton ? "GRDB with Baton" : "plain GRDB")
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        await withThrowingTaskGroup(of: Void.self) { group in
             for await command in ChildChannel.commands() {
                 switch command.command {
                 case .background:
