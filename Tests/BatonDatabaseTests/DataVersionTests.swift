@@ -59,8 +59,11 @@ struct DataVersionTests {
         release.value.store(true, ordering: .relaxed)
         try await write.value
         #expect(took < .milliseconds(500), "the read waited \(took) for the write transaction")
-        #expect(during == third, "an uncommitted write")
-        #expect(try await database.dataVersion() != third, "its commit")
+        // (Not `during == third`: data_version may also move without a commit, when the
+        // WAL-index header changes under the reader, most likely a write transaction restarting
+        // the WAL after a checkpoint: seen once in a CI run. For an observer that is one
+        // refetch for nothing, never a missed change.)
+        #expect(try await database.dataVersion() != during, "its commit")
         #expect(!reader.isInTransaction)
     }
 
