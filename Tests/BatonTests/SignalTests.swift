@@ -175,6 +175,31 @@ struct SignalTests {
         watcher.signal(SIGKILL)
     }
 
+    @Test("a holder of the table lock that never lets go (stopped in a rebuild) makes a post say busy, not hang; a release lets it through at once")
+    func tableLockHolderThatNeverLetsGo() async throws {
+        let directory = try TemporaryContainer()
+        #expect(try await runBaton(["signal", "post", "held", "--state", "1"], container: directory.path).status == 0)
+        // Scribbled header: the next process to open the table must rebuild it, under the lock.
+        let handle = try #require(FileHandle(forWritingAtPath: directory.path + "/.baton/signals"))
+        handle.write(Data(repeating: 0xA5, count: 64))
+        try handle.close()
+        // This process holds the lock, as a holder stopped (SIGSTOP) inside a rebuild would.
+        let lock = open(directory.path + "/.baton/signals.lock", O_RDWR | O_CREAT, 0o600)
+        #expect(lock >= 0)
+        #expect(flock(lock, LOCK_EX) == 0)
+        let busy = try await runBaton(["signal", "post", "held", "--state", "2"], container: directory.path, timeout: 20)
+        #expect(busy.status == 4, "post while the lock is held: \(busy.status) \(busy.errors)")
+        #expect(busy.errors.joined().contains("lock of the signal table"), "\(busy.errors)")
+        // Released while a post waits: the post goes through.
+        let waiting = try ChildProcess(["signal", "post", "held", "--state", "3"], container: directory.path)
+        try await Task.sleep(for: .milliseconds(300))
+        close(lock)
+        #expect(try await waiting.wait(timeout: 20) == 0, "\(waiting.errorLines)")
+        // It rebuilt the table.
+        let header = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/.baton/signals")).prefix(8)
+        #expect(header == Data("BATNSIG1".utf8))
+    }
+
     @Test("a corrupt signal table is rebuilt and observers keep working")
     func corruptTableIsRebuilt() async throws {
         let directory = try TemporaryContainer()

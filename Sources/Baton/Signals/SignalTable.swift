@@ -21,6 +21,11 @@ import Synchronization
 ///   16 counter   24 state   32 observers (processes observing this name)
 ///   36 CRC-32C of name length, hash and name   40 name (128 bytes)
 /// ```
+/// `.baton/signals.lock` is the table lock (an `flock`, held for microseconds to create a name
+/// or rebuild the table); its first 4 bytes are the release word that a holder bumps and rings
+/// after it unlocks, so that a waiter sleeps in the kernel and says `busy` after
+/// ``tableLockPatience`` instead of waiting for ever on a stopped holder.
+///
 /// A post wakes only the processes that observe a name in the same interest bit, on their own
 /// doorbell, and never the posting process's thread: the poster delivers to its own observers
 /// itself. A process owns its entry through its owner token, which the kernel releases when the
@@ -148,15 +153,54 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     // MARK: Opening, validating, rebuilding
 
+    /// How long a process waits for the table lock before it says `busy`. A running holder
+    /// keeps it for microseconds (a rebuild, a new name); a wait this long means the holder is
+    /// stopped (SIGSTOP, a debugger) inside one, and is not waited for for ever.
+    static let tableLockPatience: Duration = .seconds(2)
+    /// The longest a waiter sleeps between two tries: a holder that died (the kernel released
+    /// its lock, it rang nothing) is noticed within this.
+    private static let tableLockBackstop: Int64 = 50_000_000
+
+    /// Runs `body` holding the table lock (`signals.lock`, an `flock`), then releases it and
+    /// rings the lock file's release word.
+    ///
+    /// A waiter sleeps in the kernel (``AddressWait``) on that word, which every holder bumps
+    /// and rings after it unlocks, so a release wakes it at once; a holder that died is noticed
+    /// at the backstop. Past ``tableLockPatience`` it throws `busy`.
+    private static func withTableLock<R>(_ files: ContainerFiles, _ body: () throws -> R) throws -> R {
+        let lockFile = try files.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
+        let fd = lockFile.rawValue
+        let releases = try MappedFile(files, relativePath: lockName, minimumSize: 64)
+        let word = releases.pointer.assumingMemoryBound(to: UInt32.self)
+        let deadline = baton_monotonic_ns() &+ UInt64(tableLockPatience.nanoseconds)
+        while true {
+            let seen = baton_load32(word)
+            if try Sys.tryFlock(fd, LOCK_EX).get("locking the signal table") { break }
+            let now = baton_monotonic_ns()
+            guard now < deadline else {
+                throw BatonError(.busy, "another process has held the lock of the signal table \(files.absolutePath(fileName)) for more than \(tableLockPatience); it may be stopped (SIGSTOP) in the middle of a rebuild. Retry later.")
+            }
+            _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: min(Int64(deadline - now), tableLockBackstop))
+        }
+        defer {
+            _ = Sys.flock(fd, LOCK_UN)
+            baton_add32(word, 1)
+            AddressWait.wakeAll(word)
+        }
+        return try body()
+    }
+
     private static func openValidTable(_ files: ContainerFiles, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
         if retired == nil, let map = try? MappedFile(files, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map) {
             return map
         }
         // Create or rebuild under the table lock (held for microseconds).
-        let lockFile = try files.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
-        let lockFD = lockFile.rawValue
-        try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
+        return try withTableLock(files) { try createOrRebuild(files, replacing: retired, reason: reason) }
+    }
+
+    /// The rest of ``openValidTable(_:replacing:reason:)``, under the table lock.
+    private static func createOrRebuild(_ files: ContainerFiles, replacing retired: MappedFile?, reason: String?) throws -> MappedFile {
         if let map = try? MappedFile(files, relativePath: fileName, minimumSize: 0, create: false),
            map.size == fileSize, isValid(map), !isRetired(map),
            retired.map({ $0.fd != map.fd && !sameFile($0, map) }) ?? true {
@@ -447,26 +491,26 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     state.slotCache[name] = slot
                     return slot
                 }
-                let lockFile = try files.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
-                let lockFD = lockFile.rawValue
-                try Sys.flock(lockFD, LOCK_EX).get("locking the signal table")
-                switch try lookup(state.map, name) {
-                case .found(let slot):
-                    state.slotCache[name] = slot
-                    return slot
-                case .full:
-                    throw BatonError(.capacityExceeded, "the signal table of \(files.path) is full (\(Self.slotCount) names); use fewer distinct signal names")
-                case .empty(let slot):
-                    let base = slotBase(state.map, slot)
-                    let bytes = Array(name.utf8)
-                    base.storeBytes(of: UInt32(bytes.count), toByteOffset: 4, as: UInt32.self)
-                    base.storeBytes(of: Self.hash(name), toByteOffset: 8, as: UInt64.self)
-                    bytes.withUnsafeBytes { base.advanced(by: 40).copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
-                    base.storeBytes(of: Self.slotChecksum(base, length: bytes.count), toByteOffset: 36, as: UInt32.self)
-                    baton_store32(slotWord(state.map, slot, 0), 1)
-                    state.slotCache[name] = slot
-                    return slot
+                let map = state.map
+                let slot = try Self.withTableLock(files) { () throws -> Int in
+                    switch try lookup(map, name) {
+                    case .found(let slot):
+                        return slot
+                    case .full:
+                        throw BatonError(.capacityExceeded, "the signal table of \(files.path) is full (\(Self.slotCount) names); use fewer distinct signal names")
+                    case .empty(let slot):
+                        let base = slotBase(map, slot)
+                        let bytes = Array(name.utf8)
+                        base.storeBytes(of: UInt32(bytes.count), toByteOffset: 4, as: UInt32.self)
+                        base.storeBytes(of: Self.hash(name), toByteOffset: 8, as: UInt64.self)
+                        bytes.withUnsafeBytes { base.advanced(by: 40).copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+                        base.storeBytes(of: Self.slotChecksum(base, length: bytes.count), toByteOffset: 36, as: UInt32.self)
+                        baton_store32(slotWord(map, slot, 0), 1)
+                        return slot
+                    }
                 }
+                state.slotCache[name] = slot
+                return slot
             } catch let error as BatonError where error.code == .corrupt && attempt == 0 {
                 try rebuild(&state, reason: error.message)
             }
@@ -520,11 +564,13 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     write()
                     if !Self.isRetired(state.map) { break }
                 } else {
-                    let lockFile = try files.openDescriptor(Self.lockName, flags: O_RDWR | O_CREAT)
-                    try Sys.flock(lockFile.rawValue, LOCK_EX).get("locking the signal table")
-                    guard !Self.isRetired(state.map), !Self.isTruncated(state.map) else { continue }
-                    write()
-                    break
+                    let map = state.map
+                    let written = try Self.withTableLock(files) { () -> Bool in
+                        guard !Self.isRetired(map), !Self.isTruncated(map) else { return false }
+                        write()
+                        return true
+                    }
+                    if written { break }
                 }
             }
             guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, [], false) }
