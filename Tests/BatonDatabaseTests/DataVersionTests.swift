@@ -43,13 +43,17 @@ struct DataVersionTests {
 
         // A write transaction through the pool, held open: the read neither waits nor sees it.
         let pool = database.pool
-        let writing = Flag(), release = Flag()
+        let writing = Flag(), release = Flag(), heldToTheEnd = Flag()
         let write = Task.detached {
             try await pool.write { db in
                 try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 3)")
                 writing.value.store(true, ordering: .relaxed)
-                let deadline = ContinuousClock.now + .seconds(10)
+                // Held until released (a safety bound far past any run: in a full parallel run
+                // this task's resumption can wait seconds for a cooperative thread, and a write
+                // that committed at a shorter bound before the read made this test fail twice).
+                let deadline = ContinuousClock.now + .seconds(120)
                 while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+                heldToTheEnd.value.store(release.value.load(ordering: .relaxed), ordering: .relaxed)
             }
         }
         while !writing.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
@@ -58,12 +62,11 @@ struct DataVersionTests {
         let took = ContinuousClock.now - asked
         release.value.store(true, ordering: .relaxed)
         try await write.value
+        let held = heldToTheEnd.value.load(ordering: .relaxed)
+        #expect(held, "the write transaction ended before the read")
         #expect(took < .milliseconds(500), "the read waited \(took) for the write transaction")
-        // (Not `during == third`: data_version may also move without a commit, when the
-        // WAL-index header changes under the reader, most likely a write transaction restarting
-        // the WAL after a checkpoint: seen once in a CI run. For an observer that is one
-        // refetch for nothing, never a missed change.)
-        #expect(try await database.dataVersion() != during, "its commit")
+        #expect(during == third, "an uncommitted write")
+        #expect(try await database.dataVersion() != third, "its commit")
         #expect(!reader.isInTransaction)
     }
 
