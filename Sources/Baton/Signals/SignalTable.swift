@@ -168,26 +168,29 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// and rings after it unlocks, so a release wakes it at once; a holder that died is noticed
     /// at the backstop. Past ``tableLockPatience`` it throws `busy`.
     private static func withTableLock<R>(_ files: ContainerFiles, _ body: () throws -> R) throws -> R {
-        let lockFile = try files.openDescriptor(lockName, flags: O_RDWR | O_CREAT)
-        let fd = lockFile.rawValue
+        // One descriptor for both: the lock is taken on the mapping's own (the mapping, and
+        // so the descriptor and the lock, live until the end of this function).
         let releases = try MappedFile(files, relativePath: lockName, minimumSize: 64)
-        let word = releases.pointer.assumingMemoryBound(to: UInt32.self)
-        let deadline = baton_monotonic_ns() &+ UInt64(tableLockPatience.nanoseconds)
-        while true {
-            let seen = baton_load32(word)
-            if try Sys.tryFlock(fd, LOCK_EX).get("locking the signal table") { break }
-            let now = baton_monotonic_ns()
-            guard now < deadline else {
-                throw BatonError(.busy, "another process has held the lock of the signal table \(files.absolutePath(fileName)) for more than \(tableLockPatience); it may be stopped (SIGSTOP) in the middle of a rebuild. Retry later.")
+        return try withExtendedLifetime(releases) {
+            let fd = releases.fd
+            let word = releases.pointer.assumingMemoryBound(to: UInt32.self)
+            let deadline = baton_monotonic_ns() &+ UInt64(tableLockPatience.nanoseconds)
+            while true {
+                let seen = baton_load32(word)
+                if try Sys.tryFlock(fd, LOCK_EX).get("locking the signal table") { break }
+                let now = baton_monotonic_ns()
+                guard now < deadline else {
+                    throw BatonError(.busy, "another process has held the lock of the signal table \(files.absolutePath(fileName)) for more than \(tableLockPatience); it may be stopped (SIGSTOP) in the middle of a rebuild. Retry later.")
+                }
+                _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: min(Int64(deadline - now), tableLockBackstop))
             }
-            _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: min(Int64(deadline - now), tableLockBackstop))
+            defer {
+                _ = Sys.flock(fd, LOCK_UN)
+                baton_add32(word, 1)
+                AddressWait.wakeAll(word)
+            }
+            return try body()
         }
-        defer {
-            _ = Sys.flock(fd, LOCK_UN)
-            baton_add32(word, 1)
-            AddressWait.wakeAll(word)
-        }
-        return try body()
     }
 
     private static func openValidTable(_ files: ContainerFiles, replacing retired: MappedFile? = nil, reason: String? = nil) throws -> MappedFile {
@@ -686,9 +689,8 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // The tasks these deliveries resume are queued (``enqueue(_:)``) while this thread
             // is marked as delivering, and run just below in this round: no wake of this
             // thread, which would cost a second round.
-            let marker = UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque())
             let outer = baton_thread_context()
-            baton_set_thread_context(marker)
+            baton_set_thread_context(deliveringMarker)
             for (observer, value) in deliveries { observer.deliver(state: value) }
             baton_set_thread_context(outer)
         }
@@ -712,12 +714,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         return !batch.isEmpty
     }
 
+    /// The thread context (``baton_thread_context()``) of the signal thread while it delivers.
+    private var deliveringMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) }
+
     /// Queues a job for the signal thread.
     fileprivate func enqueue(_ job: UnownedJob) {
         jobs.withLock { $0.append(job) }
         // Queued by this thread's own deliveries (``prepareToSleep()``), which run the queue
         // next: nothing to wake.
-        if baton_thread_context() == UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) { return }
+        if baton_thread_context() == deliveringMarker { return }
         thread.wake()
     }
 
