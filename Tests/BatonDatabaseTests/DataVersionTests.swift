@@ -42,27 +42,14 @@ struct DataVersionTests {
         #expect(!reader.isInTransaction)
 
         // A write transaction through the pool, held open: the read neither waits nor sees it.
-        let pool = database.pool
-        let writing = Flag(), release = Flag(), heldToTheEnd = Flag()
-        let write = Task.detached {
-            try await pool.write { db in
-                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, 3)")
-                writing.value.store(true, ordering: .relaxed)
-                // Held until released (a safety bound far past any run: in a full parallel run
-                // this task's resumption can wait seconds for a cooperative thread, and a write
-                // that committed at a shorter bound before the read made this test fail twice).
-                let deadline = ContinuousClock.now + .seconds(120)
-                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
-                heldToTheEnd.value.store(release.value.load(ordering: .relaxed), ordering: .relaxed)
-            }
-        }
-        while !writing.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        // (Held until released; the bound is only a safety net, far past any run: in a full
+        // parallel run this task's resumption can wait seconds for a cooperative thread, and a
+        // write that committed at a shorter bound before the read made this test fail twice.)
+        let write = try await HeldWriterConnection(database.pool, inserting: (writer: 1, seq: 3), bound: .seconds(120))
         let asked = ContinuousClock.now
         let during = try await database.dataVersion()
         let took = ContinuousClock.now - asked
-        release.value.store(true, ordering: .relaxed)
-        try await write.value
-        let held = heldToTheEnd.value.load(ordering: .relaxed)
+        let held = try await write.end()
         #expect(held, "the write transaction ended before the read")
         #expect(took < .milliseconds(500), "the read waited \(took) for the write transaction")
         #expect(during == third, "an uncommitted write")

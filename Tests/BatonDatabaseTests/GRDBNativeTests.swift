@@ -477,28 +477,15 @@ struct GRDBNativeTests {
         try await Task.sleep(for: .milliseconds(300))  // (the relay starts and polls every 100 ms)
 
         // The app's long write through the pool (on GRDB's writer queue).
-        let writing = Flag(), release = Flag()
-        let write = Task.detached {
-            try await pool.write { db in
-                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (8, 1)")
-                writing.value.store(true, ordering: .relaxed)
-                let deadline = ContinuousClock.now + .seconds(10)
-                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
-            }
-        }
-        while !writing.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let write = try await HeldWriterConnection(pool, inserting: (writer: 8, seq: 1), bound: .seconds(10))
         try await Task.sleep(for: .milliseconds(400))  // (several polls meet the write)
         // Ends the write after 1.5 s whatever happens.
-        let releaser = Task.detached {
-            try? await Task.sleep(for: .milliseconds(1_500))
-            release.value.store(true, ordering: .relaxed)
-        }
+        let releaser = write.release(after: .milliseconds(1_500))
         let asked = ContinuousClock.now
         let ran = await Task(executorPreference: executor) { ContinuousClock.now }.value
         let waited = ran - asked
         #expect(waited < .milliseconds(500), "a task on the relay's executor waited \(waited) for the app's write through the pool")
-        release.value.store(true, ordering: .relaxed)
-        try await write.value
+        try await write.end()
         await releaser.value
 
         // The relay still relays.
@@ -537,21 +524,10 @@ struct GRDBNativeTests {
 
         // The app holds GRDB's writer connection (outside a transaction, so that another process
         // can commit meanwhile) until 1.5 s after that commit.
-        let holding = Flag(), release = Flag()
-        let hold = Task.detached {
-            try await pool.writeWithoutTransaction { _ in
-                holding.value.store(true, ordering: .relaxed)
-                let deadline = ContinuousClock.now + .seconds(20)
-                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
-            }
-        }
-        while !holding.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let hold = try await HeldWriterConnection(pool, inserting: nil, bound: .seconds(20))
         try await commitTwoRowsFromAnotherProcess(path, directory)
         let committed = ContinuousClock.now
-        let releaser = Task.detached {
-            try? await Task.sleep(for: .milliseconds(1_500))
-            release.value.store(true, ordering: .relaxed)
-        }
+        let releaser = hold.release(after: .milliseconds(1_500))
         try await within(30, "the other process's commit") {
             while latest.load(ordering: .relaxed) != 2 {
                 if let end = ended.withLock({ $0 }) { throw TestFailure(end) }
@@ -560,8 +536,7 @@ struct GRDBNativeTests {
         }
         let waited = ContinuousClock.now - committed
         #expect(waited < .milliseconds(750), "the fresh value waited \(waited) for the app's hold on the writer connection")
-        release.value.store(true, ordering: .relaxed)
-        try await hold.value
+        try await hold.end()
         await releaser.value
         #expect(ended.withLock { $0 } == nil)
     }

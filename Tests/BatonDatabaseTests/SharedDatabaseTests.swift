@@ -58,6 +58,59 @@ final class Flag: Sendable {
     let value = Atomic<Bool>(false)
 }
 
+/// The app holding GRDB's writer connection through `pool` until released: inside a write
+/// transaction that inserted `row` (`pool.write`), or outside any transaction (`row` nil,
+/// `pool.writeWithoutTransaction`: other processes can commit meanwhile). `bound` is a safety
+/// bound, so that a failing test does not hang; ``end()`` says whether the hold lasted until
+/// it was released.
+final class HeldWriterConnection: Sendable {
+    private let release: Flag
+    private let releasedInTime: Flag
+    private let task: Task<Void, any Error>
+
+    /// Starts the hold; returns once it holds the connection.
+    init(_ pool: DatabasePool, inserting row: (writer: Int, seq: Int)?, bound: Duration) async throws {
+        let holding = Flag(), release = Flag(), releasedInTime = Flag()
+        self.release = release
+        self.releasedInTime = releasedInTime
+        task = Task.detached {
+            @Sendable func hold() {
+                holding.value.store(true, ordering: .relaxed)
+                let deadline = ContinuousClock.now + bound
+                while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
+                releasedInTime.value.store(release.value.load(ordering: .relaxed), ordering: .relaxed)
+            }
+            if let row {
+                try await pool.write { db in
+                    try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (?, ?)", arguments: [row.writer, row.seq])
+                    hold()
+                }
+            } else {
+                try await pool.writeWithoutTransaction { _ in hold() }
+            }
+        }
+        while !holding.value.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+    }
+
+    /// Releases the connection after `delay`, in a task of its own, whatever the test does
+    /// meanwhile.
+    func release(after delay: Duration) -> Task<Void, Never> {
+        Task.detached { [release] in
+            try? await Task.sleep(for: delay)
+            release.value.store(true, ordering: .relaxed)
+        }
+    }
+
+    /// Releases the connection and waits for the write to end.
+    /// - Returns: Whether it was still held when released (not ended at `bound`).
+    @discardableResult
+    func end() async throws -> Bool {
+        release.value.store(true, ordering: .relaxed)
+        try await task.value
+        return releasedInTime.value.load(ordering: .relaxed)
+    }
+}
+
 @Suite("Shared database", .serialized)
 struct SharedDatabaseTests {
     @Test("4 processes x 2,000 single-row writes at once: every row present, no error")
