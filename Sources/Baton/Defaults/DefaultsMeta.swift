@@ -24,6 +24,9 @@ final class DefaultsMeta: @unchecked Sendable {
     static let bootIDOffset = 16, bootIDLength = 40
     static let lockOffset = 64
     static let committedOffset = 128, pendingEndOffset = 136, watchersOffset = 144
+    /// The release word of the initialisation lock (``RingingFlock``): never reset, so it
+    /// keeps counting across re-initialisations (zero in files older than it).
+    static let initializationReleasesOffset = 152
 
     let file: MappedFile
     let base: UnsafeMutableRawPointer
@@ -31,6 +34,7 @@ final class DefaultsMeta: @unchecked Sendable {
     let pendingEnd: UnsafeMutablePointer<UInt64>
     let watchers: UnsafeMutablePointer<UInt32>
     let lockMemory: UnsafeMutableRawPointer
+    let initializationReleases: UnsafeMutablePointer<UInt32>
 
     init(file: MappedFile) {
         self.file = file
@@ -39,6 +43,7 @@ final class DefaultsMeta: @unchecked Sendable {
         pendingEnd = base.advanced(by: Self.pendingEndOffset).assumingMemoryBound(to: UInt64.self)
         watchers = base.advanced(by: Self.watchersOffset).assumingMemoryBound(to: UInt32.self)
         lockMemory = base.advanced(by: Self.lockOffset)
+        initializationReleases = base.advanced(by: Self.initializationReleasesOffset).assumingMemoryBound(to: UInt32.self)
     }
 
     /// Whether the header was written by this boot of the machine with this format.

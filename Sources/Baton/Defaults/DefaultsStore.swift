@@ -116,7 +116,7 @@ final class DefaultsStore: Sendable {
         var report = DefaultsRecoveryReport()
         let bootID = BootIdentity.bytes
         if !meta.isValid(bootID: bootID) {
-            try Self.withInitializationLock(meta.file.fd, suite: suite) {
+            try Self.withInitializationLock(meta, suite: suite) {
                 guard !meta.isValid(bootID: bootID) else { return }
                 // The old meta's word (from before a reboot) tells committed bytes from a torn write.
                 let previous = meta.file.size >= DefaultsMeta.size ? baton_load64(meta.committed) : nil
@@ -136,19 +136,20 @@ final class DefaultsStore: Sendable {
         state = Mutex(initial)
     }
 
+    /// How long a process waits for another to finish initialising a suite's meta before it
+    /// says `busy` (a running initialiser holds the lock for microseconds: a wait this long
+    /// means it is stopped in the middle).
+    static let initializationPatience: Duration = .seconds(10)
+
     /// Holds the meta file's flock while the meta is (re)built: only the first process after a
-    /// boot does this, for a few microseconds.
-    private static func withInitializationLock(_ fd: Int32, suite: String, _ body: () throws -> Void) throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while true {
-            if try Sys.tryFlock(fd, LOCK_EX).get("locking the meta file of defaults suite \"\(suite)\"") { break }
-            guard ContinuousClock.now < deadline else {
-                throw BatonError(.busy, "another process has been preparing defaults suite \"\(suite)\" for 10 s; retry later")
-            }
-            usleep(200)
-        }
-        defer { _ = Sys.flock(fd, LOCK_UN) }
-        try body()
+    /// boot does this, for a few microseconds. A waiter sleeps on the meta's release word
+    /// (``RingingFlock``), woken by the release.
+    private static func withInitializationLock(_ meta: DefaultsMeta, suite: String, _ body: () throws -> Void) throws {
+        try RingingFlock.withLock(
+            meta.file.fd, releaseWord: meta.initializationReleases, patience: initializationPatience,
+            what: "locking the meta file of defaults suite \"\(suite)\"",
+            busy: { BatonError(.busy, "another process has been preparing defaults suite \"\(suite)\" for \(initializationPatience) (stopped in the middle?); retry later") },
+            body)
     }
 
     // MARK: - Opening and recovery

@@ -157,39 +157,19 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// keeps it for microseconds (a rebuild, a new name); a wait this long means the holder is
     /// stopped (SIGSTOP, a debugger) inside one, and is not waited for for ever.
     static let tableLockPatience: Duration = .seconds(2)
-    /// The longest a waiter sleeps between two tries: a holder that died (the kernel released
-    /// its lock, it rang nothing) is noticed within this.
-    private static let tableLockBackstop: Int64 = 50_000_000
 
-    /// Runs `body` holding the table lock (`signals.lock`, an `flock`), then releases it and
-    /// rings the lock file's release word.
-    ///
-    /// A waiter sleeps in the kernel (``AddressWait``) on that word, which every holder bumps
-    /// and rings after it unlocks, so a release wakes it at once; a holder that died is noticed
-    /// at the backstop. Past ``tableLockPatience`` it throws `busy`.
+    /// Runs `body` holding the table lock (`signals.lock`, an `flock`, its release word at
+    /// offset 0 of the same file: ``RingingFlock``). Past ``tableLockPatience`` it throws `busy`.
     private static func withTableLock<R>(_ files: ContainerFiles, _ body: () throws -> R) throws -> R {
         // One descriptor for both: the lock is taken on the mapping's own (the mapping, and
         // so the descriptor and the lock, live until the end of this function).
         let releases = try MappedFile(files, relativePath: lockName, minimumSize: 64)
         return try withExtendedLifetime(releases) {
-            let fd = releases.fd
-            let word = releases.pointer.assumingMemoryBound(to: UInt32.self)
-            let deadline = baton_monotonic_ns() &+ UInt64(tableLockPatience.nanoseconds)
-            while true {
-                let seen = baton_load32(word)
-                if try Sys.tryFlock(fd, LOCK_EX).get("locking the signal table") { break }
-                let now = baton_monotonic_ns()
-                guard now < deadline else {
-                    throw BatonError(.busy, "another process has held the lock of the signal table \(files.absolutePath(fileName)) for more than \(tableLockPatience); it may be stopped (SIGSTOP) in the middle of a rebuild. Retry later.")
-                }
-                _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: min(Int64(deadline - now), tableLockBackstop))
-            }
-            defer {
-                _ = Sys.flock(fd, LOCK_UN)
-                baton_add32(word, 1)
-                AddressWait.wakeAll(word)
-            }
-            return try body()
+            try RingingFlock.withLock(
+                releases.fd, releaseWord: releases.pointer.assumingMemoryBound(to: UInt32.self),
+                patience: tableLockPatience, what: "locking the signal table",
+                busy: { BatonError(.busy, "another process has held the lock of the signal table \(files.absolutePath(fileName)) for more than \(tableLockPatience); it may be stopped (SIGSTOP) in the middle of a rebuild. Retry later.") },
+                body)
         }
     }
 
