@@ -337,7 +337,10 @@ public final class SharedDatabase: Sendable {
     /// When no writer of any process is queued, `body` runs on the calling thread, which saves a
     /// thread hop per write (a quarter of a one-row commit's time). A long transaction then holds
     /// that thread of Swift's cooperative pool until it commits, as a synchronous GRDB write
-    /// does: start bulk work from a task that may block a thread for that long.
+    /// does: start bulk work from a task that may block a thread for that long. Likewise, a
+    /// write of your own through ``pool`` that holds GRDB's writer connection at that moment
+    /// (Baton cannot see it coming: GRDB offers no way to ask whether its writer is busy) makes
+    /// the calling thread wait for it, as a second synchronous GRDB write would.
     /// - Parameter body: Runs on the writer connection inside the transaction.
     /// - Returns: What `body` returns.
     /// - Throws: `busy` when the write lock could not be had within
