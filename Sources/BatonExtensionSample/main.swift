@@ -44,7 +44,7 @@ do {
         var configuration = Configuration()
         configuration.readonly = true
         let queue = try DatabaseQueue(path: arguments[0] + "/" + Inbox.defaultFileName, configuration: configuration)
-        let payload = try await queue.read { db in
+        let payload = try queue.read { db in
             try Data.fetchOne(db, sql: "SELECT payload FROM \(InboxMessage.databaseTableName) WHERE id = ?", arguments: [id])
         }
         guard let payload else { throw BatonError(.notFound, "no message \(id)") }

@@ -724,24 +724,34 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     /// Compares every observed counter with what its observer last saw (under the lock); the
     /// caller delivers the result after the lock.
+    ///
+    /// In place, by index: a `for` over the dictionary would hold a second reference to its
+    /// storage, and the first write-back of a `lastSeen` would copy the whole dictionary, in
+    /// every round that delivers. Only the observers that have something to deliver are loaded
+    /// from their weak references (the strong references go out with the deliveries, so none
+    /// dies under the lock); an observer gone meanwhile is dropped here (its `deinit`
+    /// unregisters it anyway, this only covers the moment in between).
     private func collectDeliveries(_ state: inout State) -> [(SignalObserver, UInt64)] {
         var deliveries: [(SignalObserver, UInt64)] = []
-        for (id, var observed) in state.observers {
-            guard let observer = observed.observer else {
-                baton_sub32(slotWord(state.map, observed.slot, 32), 1)
-                dropInterest(&state, slot: observed.slot)
-                state.observers[id] = nil
-                continue
+        var gone: [UInt64] = []
+        var index = state.observers.values.startIndex
+        while index != state.observers.values.endIndex {
+            let slot = state.observers.values[index].slot
+            let counter = baton_load64(slotCounter(state.map, slot))
+            if counter != state.observers.values[index].lastSeen {
+                if let observer = state.observers.values[index].observer {
+                    state.observers.values[index].lastSeen = counter
+                    deliveries.append((observer, baton_load64(slotState(state.map, slot))))
+                } else {
+                    gone.append(state.observers.keys[index])
+                }
             }
-            let counter = baton_load64(slotCounter(state.map, observed.slot))
-            if counter != observed.lastSeen {
-                observed.lastSeen = counter
-                state.observers[id] = observed
-                deliveries.append((observer, baton_load64(slotState(state.map, observed.slot))))
-            } else {
-                // Its observation may end meanwhile: the last reference must die outside the lock.
-                state.releasing.append(observer)
-            }
+            state.observers.values.formIndex(after: &index)
+        }
+        for id in gone {
+            guard let observed = state.observers.removeValue(forKey: id) else { continue }
+            baton_sub32(slotWord(state.map, observed.slot, 32), 1)
+            dropInterest(&state, slot: observed.slot)
         }
         return deliveries
     }

@@ -12,7 +12,29 @@ import Synchronization
 package final class EventCounter: Sendable {
     private struct State {
         var count: UInt64 = 0
-        var waiters: [UInt64: (seen: UInt64, wake: Wake)] = [:]
+        /// The waiters, the first one inline: nearly every counter has one waiter at a time (an
+        /// observation's task), and a notification then moves it out without a hash table, a
+        /// hash or an array.
+        var first: Waiter?
+        var others: [Waiter] = []
+
+        mutating func add(_ waiter: Waiter) {
+            if first == nil { first = waiter } else { others.append(waiter) }
+        }
+
+        mutating func remove(_ id: UInt64) -> Wake? {
+            if let waiter = first, waiter.id == id {
+                first = nil
+                return waiter.wake
+            }
+            guard let index = others.firstIndex(where: { $0.id == id }) else { return nil }
+            return others.remove(at: index).wake
+        }
+    }
+
+    private struct Waiter {
+        var id: UInt64
+        var wake: Wake
     }
 
     /// What a registered waiter resumes: its own continuation, or one source of a shared wait.
@@ -40,14 +62,15 @@ package final class EventCounter: Sendable {
 
     /// Bumps the count and wakes every waiter.
     package func notify() {
-        let ready = state.withLock { state -> [Wake] in
+        let (first, others) = state.withLock { state -> (Wake?, [Waiter]) in
             state.count &+= 1
-            if state.waiters.isEmpty { return [] }
-            let resumed = state.waiters.values.map(\.wake)
-            state.waiters.removeAll(keepingCapacity: true)
-            return resumed
+            defer { state.first = nil }
+            if state.others.isEmpty { return (state.first?.wake, []) }
+            defer { state.others = [] }
+            return (state.first?.wake, state.others)
         }
-        for wake in ready { wake.resume() }
+        first?.resume()
+        for waiter in others { waiter.wake.resume() }
     }
 
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
@@ -63,7 +86,7 @@ package final class EventCounter: Sendable {
     private static var timedOut: BatonError { BatonError(.timedOut, "the deadline passed before the awaited event") }
 
     private func removeWaiter(_ id: UInt64) -> Wake? {
-        state.withLock { $0.waiters.removeValue(forKey: id)?.wake }
+        state.withLock { $0.remove(id) }
     }
 
     private func waitForNotification(after seen: UInt64, deadline: ContinuousClock.Instant?) async throws {
@@ -80,7 +103,7 @@ package final class EventCounter: Sendable {
                     if Task.isCancelled { return .some(CancellationError()) }
                     if state.count != seen { return .some(nil) }
                     if let deadline, ContinuousClock.now >= deadline { return .some(Self.timedOut) }
-                    state.waiters[id] = (seen, .single(continuation))
+                    state.add(Waiter(id: id, wake: .single(continuation)))
                     return .none
                 }
                 switch resumeNow {
@@ -162,7 +185,7 @@ package final class EventCounter: Sendable {
                 for (index, source) in sources.enumerated() {
                     let moved = source.counter.state.withLock { state -> Bool in
                         if state.count != source.seen { return true }
-                        state.waiters[id] = (source.seen, .shared(wait, index: index))
+                        state.add(Waiter(id: id, wake: .shared(wait, index: index)))
                         return false
                     }
                     if moved {
