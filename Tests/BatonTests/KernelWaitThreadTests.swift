@@ -377,4 +377,40 @@ struct KernelWaitThreadTests {
         for (milliseconds, when) in result { #expect(when - start >= .milliseconds(milliseconds)) }
         thread.shutdown()
     }
+
+    /// The kernel release as (major, minor), from uname(2).
+    static var kernelVersion: (Int, Int) {
+        var name = utsname()
+        uname(&name)
+        let release = withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let parts = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+        return (parts.first ?? 0, parts.count > 1 ? parts[1] : 0)
+    }
+
+    /// The thread asks for prompt wake-ups (``PromptWakeUps``): on Linux 6.12 and later its
+    /// time slice is the 0.1 ms it asked for, where a plain thread of the same process has the
+    /// default one; the request changes neither its nice value nor its policy. (Older kernels
+    /// ignore the request: then both slices are the default.)
+    @Test("a kernel-wait thread runs with the short time slice that lets its wake-ups preempt CPU-bound work")
+    func kernelWaitThreadAsksForPromptWakeUps() async throws {
+        let thread = KernelWaitThread(name: "baton-test-slice")
+        let seen = Mutex<(slice: UInt64, nice: Int32)?>(nil)
+        thread.schedule(at: .now) { seen.withLock { $0 = (PromptWakeUps.currentSliceNanoseconds, getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)) } }
+        let start = ContinuousClock.now
+        while seen.withLock({ $0 }) == nil, ContinuousClock.now - start < .seconds(60) { try await Task.sleep(for: .milliseconds(10)) }
+        thread.shutdown()
+        let inside = try #require(seen.withLock { $0 })
+        let plain = Mutex<UInt64>(0)
+        let other = Thread { plain.withLock { $0 = PromptWakeUps.currentSliceNanoseconds } }
+        other.start()
+        while plain.withLock({ $0 }) == 0, ContinuousClock.now - start < .seconds(60) { try await Task.sleep(for: .milliseconds(10)) }
+        let version = Self.kernelVersion
+        if version >= (6, 12) {
+            #expect(inside.slice == PromptWakeUps.sliceNanoseconds)
+            #expect(plain.withLock { $0 } > PromptWakeUps.sliceNanoseconds, "a plain thread keeps the default slice")
+        } else {
+            #expect(inside.slice == plain.withLock { $0 }, "Linux \(version) has no per-task slice")
+        }
+        #expect(inside.nice == getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0))
+    }
 }

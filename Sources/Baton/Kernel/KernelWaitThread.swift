@@ -253,6 +253,7 @@ final class KernelWaitThread: @unchecked Sendable {
     // MARK: The thread
 
     private func run() {
+        PromptWakeUps.requestForCurrentThread()
         while true {
             let privateSeen = baton_load32(privateWord)
             guard let (sleep, watch) = goRound() else { return }

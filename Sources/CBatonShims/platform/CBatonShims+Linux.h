@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <linux/futex.h>
+#include <sys/resource.h>
 
 /// FUTEX_WAIT on a word that may be shared between processes (not FUTEX_PRIVATE_FLAG, so it works
 /// on private memory too). `timeout_ns` < 0 waits forever. Returns 0 or -1 with errno (EAGAIN
@@ -48,4 +49,39 @@ static inline uint64_t baton_monotonic_ns(void) {
 /// Names the calling thread (visible in `top -H`, gdb, /proc/<pid>/task/*/comm).
 static inline void baton_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
+/// Asks the scheduler for a short time slice for the calling thread (EEVDF's per-task slice,
+/// Linux 6.12 and later: sched_setattr(2) with `sched_runtime` on a SCHED_OTHER thread; no
+/// privilege needed, the kernel clamps it to 0.1-100 ms). A task with a shorter slice than the
+/// one running gets an earlier deadline, and its wake-up preempts the running task at once
+/// instead of waiting out that task's protected slice. Its nice value and policy are kept.
+/// Returns 0, or -1 with errno set (older kernels ignore `sched_runtime` and return 0).
+/// (`struct sched_attr` of <linux/sched/types.h>, version 1, 56 bytes, transcribed: that header
+/// clashes with glibc's `struct sched_param`.)
+struct baton_linux_sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+};
+
+static inline int baton_linux_request_short_slice(uint64_t nanoseconds) {
+    struct baton_linux_sched_attr attr;
+    __builtin_memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.sched_policy = 0; // SCHED_NORMAL (SCHED_OTHER)
+    attr.sched_nice = getpriority(PRIO_PROCESS, 0);
+    attr.sched_runtime = nanoseconds;
+    return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
+}
+
+/// The calling thread's time slice (`sched_runtime` of sched_getattr(2): the requested one, or the
+/// default); 0 when the call fails.
+static inline uint64_t baton_linux_current_slice(void) {
+    struct baton_linux_sched_attr attr;
+    __builtin_memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return 0;
+    return attr.sched_runtime;
+}
 #endif
