@@ -156,4 +156,39 @@ struct DatabaseFileTests {
         #expect(status == 77, "\(child.lines) \(child.errorLines)")
         #expect(child.errorLines.contains { $0.contains("notARegularFile") }, "\(child.errorLines)")
     }
+
+    /// POSIX record locks belong to a process and a file, not to a descriptor: closing *any*
+    /// descriptor of a file drops every such lock the process holds on it (sqlite.org,
+    /// "How To Corrupt An SQLite Database File", 2.2). A second open of a database already open
+    /// in this process (two notification-extension instances in one process, each with its own
+    /// `Inbox`) must therefore never open and close the database's files itself: if it did, the
+    /// first connection's shared lock on the `-shm` dead-man byte would be gone, and the next
+    /// process to open the database would truncate the `-shm` under this process's mapping
+    /// (a SIGBUS in SQLite, seen in CI) or run recovery on a WAL index in use.
+    @Test("a second open of a database already open in this process keeps the first one's SQLite locks")
+    func aSecondOpenKeepsTheFirstOnesLocks() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        let path = directory.path + "/app.sqlite"
+        let first = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
+        try await first.write { db in try db.execute(sql: "INSERT INTO t VALUES (1)") }
+        #expect(try await first.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 1)
+        var info = stat()
+        #expect(stat(path + "-shm", &info) == 0)
+        let shm = UInt64(info.st_ino)
+        func shmLocks() -> [ProcLocks.Entry] {
+            ProcLocks.held(by: getpid(), under: directory.path).filter { $0.inode == shm && $0.kind == "POSIX" }
+        }
+        #expect(!shmLocks().isEmpty, "an open WAL connection holds a shared lock on its -shm")
+        let second = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
+        #expect(!shmLocks().isEmpty, "the second open dropped the first connection's lock on the -shm")
+        let reader = try #require(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: migrator))
+        #expect(!shmLocks().isEmpty, "a read-only open dropped the first connection's lock on the -shm")
+        // The three go on (a write through each, seen by the others).
+        try await second.write { db in try db.execute(sql: "INSERT INTO t VALUES (2)") }
+        #expect(try await reader.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 2)
+        #expect(try await first.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 2)
+    }
 }
