@@ -1,4 +1,4 @@
-import Baton
+@testable import Baton
 import Foundation
 import Synchronization
 import BatonTestSupport
@@ -363,6 +363,41 @@ struct ChannelTests {
         holder.signal(SIGKILL)
         #expect(try await holder.wait() == 128 + SIGKILL)
         #expect(try await receiving.value == "precious")
+        #expect(try channel.tryReceive() == nil)
+    }
+
+    /// A counterpart checks a waiting receiver's liveness at most once per liveness window
+    /// (``ChannelWaiterTable``): a receiver killed inside the window still looks alive, so a send
+    /// hands it the element. That element is an orphan the next receiver takes. The window is
+    /// made long here so that the kill surely falls inside it.
+    @Test("a send to a receiver killed inside the liveness window is not lost: the next receiver gets it")
+    func aReceiverKilledInsideTheLivenessWindowLosesNothing() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<String>(container, name: "meet", capacity: .rendezvous)
+        try container.channelWaiters.livenessWindow.store(.max, ordering: .relaxed)
+        let receiver = try ChildProcess(["channel", "receive", "meet", "--capacity", "rendezvous", "--count", "2", "--timeout", "60"], container: directory.path)
+        func waitForRegistration() async throws {
+            let start = ContinuousClock.now
+            while try channel.log.registeredReceiverCount() == 0, ContinuousClock.now - start < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(try channel.log.registeredReceiverCount() == 1)
+        }
+        // The first send claims the registered receiver: this process has now seen it alive.
+        try await waitForRegistration()
+        #expect(try channel.trySend("first"))
+        #expect(try await receiver.line(timeout: 30) { _ in true } == "\"first\"")
+        // Killed while registered for its second value.
+        try await waitForRegistration()
+        receiver.signal(SIGKILL)
+        #expect(try await receiver.wait() == 128 + SIGKILL)
+        // Still alive to this process: the send hands the element to the dead receiver's registration.
+        #expect(try channel.trySend("second"), "the send checked the receiver's liveness again inside the window")
+        // Nothing is lost: the next receiver takes the orphan, even one in this process, where
+        // the dead receiver still counts as alive (whether an element is an orphan is checked
+        // afresh).
+        #expect(try await channel.receive(deadline: .after(.seconds(10))) == "second")
         #expect(try channel.tryReceive() == nil)
     }
 

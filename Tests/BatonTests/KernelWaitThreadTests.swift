@@ -413,4 +413,17 @@ struct KernelWaitThreadTests {
         }
         #expect(inside.nice == getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0))
     }
+
+    /// The channel executor's thread is woken by rings as a kernel-wait thread is: it asks for
+    /// the same prompt wake-ups.
+    @Test("the channel executor's thread runs with the short time slice too")
+    func channelExecutorAsksForPromptWakeUps() async throws {
+        let channel = SharedChannel<Int>(capacity: .unbounded)
+        let slice = await Task(executorPreference: channel.executor) { PromptWakeUps.currentSliceNanoseconds }.value
+        if Self.kernelVersion >= (6, 12) {
+            #expect(slice == PromptWakeUps.sliceNanoseconds)
+        } else {
+            #expect(slice > 0)
+        }
+    }
 }

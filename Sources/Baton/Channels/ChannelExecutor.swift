@@ -160,6 +160,9 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     private func run() {
+        // Its wake-ups are the rings of a conversation: they should preempt CPU-bound work at
+        // once (the tasks it runs are short by contract: see ``SharedChannel/executor``).
+        PromptWakeUps.requestForCurrentThread()
         baton_set_thread_context(UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()))
         defer { baton_set_thread_context(nil) }
         let unowned = asUnownedTaskExecutor()

@@ -816,6 +816,12 @@ final class ChannelLog: @unchecked Sendable {
         return true
     }
 
+    /// How many receivers are registered as waiting, whether their processes live or not (for
+    /// tests and diagnostics).
+    func registeredReceiverCount() throws -> Int {
+        try withLock { (0..<Self.registrationCount).filter { baton_load64(registration($0)) != 0 }.count }
+    }
+
     /// Removes the registrations of `waiter`.
     func unregister(_ waiter: ChannelWaiterTable.Waiter) throws {
         try withLock {
@@ -1035,7 +1041,7 @@ final class ChannelLog: @unchecked Sendable {
         switch mark {
         case Self.markHandoff:
             // Left to its receiver, unless that one died or moved on (an orphan).
-            if case .gone = waiters.standing(reference) { return .take }
+            if case .gone = waiters.standing(reference, freshly: true) { return .take }
             return .skip
         case Self.markOffer:
             if let own, ChannelWaiterTable.Waiter(reference: reference).index == own.index { return .skip }

@@ -27,6 +27,15 @@ import Synchronization
 /// to a dead (or stale) waiter is an orphan that any receiver takes, so an element whose
 /// `trySend` succeeded is never lost; an element offered by a dead (or stale) waiter is dropped,
 /// since its send never completed.
+///
+/// A counterpart checks that a waiter's owner lives (``OwnerTokens/isAlive(_:)``, a `flock`
+/// system call) at most once per ``defaultLivenessWindow`` (1 ms) for the same owner: a waiter seen alive
+/// less than that ago counts as alive. A process that died within the window is treated as one
+/// that dies right after it was claimed, a case the rules above already cover: the element
+/// handed to it is an orphan that the next receiver takes (nothing is lost), and an offer it
+/// made may still be taken (at most once). The check inside the channel's critical section was
+/// one system call per hop of a conversation, and a point where the scheduler preempted the
+/// lock's holder.
 final class ChannelWaiterTable: @unchecked Sendable {
     // @unchecked: `base` points into `memory` (mapped or allocated for the table's lifetime) and
     // is touched only with atomics; `idle` is a Mutex.
@@ -56,6 +65,16 @@ final class ChannelWaiterTable: @unchecked Sendable {
     /// Records this container object owns and does not use now (under its current token, unless
     /// a suspension released that token since: ``begin()`` checks).
     private let idle = Mutex<[Int]>([])
+    /// Owners recently seen alive, with when (``baton_monotonic_ns()``): see ``livenessWindow``.
+    private let seenAlive = Mutex<[(token: UInt64, at: UInt64)]>([])
+
+    /// How long an owner seen alive counts as alive without another check (nanoseconds).
+    static let defaultLivenessWindow: UInt64 = 1_000_000
+    /// This table's window: ``defaultLivenessWindow``, or longer in a test (a killed waiter
+    /// then looks alive for as long as it takes to observe what a send does with it).
+    let livenessWindow = Atomic<UInt64>(ChannelWaiterTable.defaultLivenessWindow)
+    /// How many owners ``seenAlive`` remembers (the processes one talks to at once).
+    private static let seenAliveLimit = 8
 
     private init(memory: ChannelHeaderMemory, owners: OwnerTokens?) {
         self.memory = memory
@@ -109,6 +128,29 @@ final class ChannelWaiterTable: @unchecked Sendable {
 
     private func currentToken() throws -> UInt64 { try owners?.current() ?? 1 }
     private func isAlive(_ token: UInt64) -> Bool { owners?.isAlive(token) ?? (token == 1) }
+
+    /// ``isAlive(_:)`` for a counterpart's waiter, at most one check per ``livenessWindow`` for
+    /// the same owner (see the type's discussion).
+    private func isRecentlyAlive(_ token: UInt64) -> Bool {
+        guard let owners else { return token == 1 }
+        let now = baton_monotonic_ns()
+        let window = livenessWindow.load(ordering: .relaxed)
+        if seenAlive.withLock({ $0.contains { $0.token == token && now &- $0.at < window } }) { return true }
+        guard owners.isAlive(token) else {
+            seenAlive.withLock { $0.removeAll { $0.token == token } }
+            return false
+        }
+        seenAlive.withLock { seen in
+            if let index = seen.firstIndex(where: { $0.token == token }) {
+                seen[index].at = now
+            } else if seen.count < Self.seenAliveLimit {
+                seen.append((token, now))
+            } else if let oldest = seen.indices.min(by: { seen[$0].at < seen[$1].at }) {
+                seen[oldest] = (token, now)
+            }
+        }
+        return true
+    }
 
     // MARK: The waiter's side
 
@@ -183,12 +225,17 @@ final class ChannelWaiterTable: @unchecked Sendable {
     }
 
     /// How the waiter `reference` (from a frame or a channel header) stands now.
-    func standing(_ reference: UInt64) -> Standing {
+    ///
+    /// With `freshly`, the owner's liveness is checked now, not taken from the last
+    /// ``defaultLivenessWindow``: for a receiver deciding whether an element handed to another
+    /// waiter is an orphan (nothing would ring it again when the window ends).
+    func standing(_ reference: UInt64, freshly: Bool = false) -> Standing {
         let waiter = Waiter(reference: reference)
         guard waiter.index > 0, waiter.index < Self.recordCount else { return .gone }
         let claim = baton_load64(claimWord(waiter.index))
         guard Self.generation(claim) == waiter.generation, Self.state(claim) != .free else { return .gone }
-        guard isAlive(baton_load64(ownerWord(waiter.index))) else { return .gone }
+        let owner = baton_load64(ownerWord(waiter.index))
+        guard freshly ? isAlive(owner) : isRecentlyAlive(owner) else { return .gone }
         switch Self.state(claim) {
         case .waiting: return .waiting
         case .claimed: return .claimed(Int(UInt32(truncatingIfNeeded: claim)))
