@@ -59,9 +59,7 @@ extension SharedDatabase {
         if fd >= 0 { closeDescriptor(fd); return }
         let error = SystemCallError(call: "open", errno: errno)
         switch error.errno {
-        case EEXIST: return
-        case EISDIR:
-            throw BatonError(.notARegularFile, "\(path) is not a regular file (a directory is in its place); remove it", cause: error)
+        case EEXIST: return // a directory too (O_EXCL): checkFiles refuses it next
         case EACCES, EPERM, EROFS:
             throw BatonError(.notWritable, "cannot create \(path): check its directory's permissions", cause: error)
         case ENOENT:

@@ -12,6 +12,18 @@ import Glibc
 /// `baton` processes, real SQLite files.
 @Suite("Database files", .serialized)
 struct DatabaseFileTests {
+    /// One table `t(x)`: the database the lock tests open.
+    static var oneTableMigrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        return migrator
+    }
+
+    static func inode(_ path: String) -> UInt64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
+    }
+
     static func mode(_ path: String) -> mode_t? {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
@@ -112,8 +124,7 @@ struct DatabaseFileTests {
     func suspensionScope() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        let migrator = Self.oneTableMigrator
         let path = directory.path + "/app.sqlite"
         var configuration = SharedDatabase.Configuration()
         configuration.suspensionMode = .closesConnections
@@ -123,18 +134,14 @@ struct DatabaseFileTests {
         var iterator = commits.makeAsyncIterator()
         try await database.write { db in try db.execute(sql: "INSERT INTO t VALUES (1)") }
         _ = try await iterator.next()
-        func inode(_ path: String) -> UInt64? {
-            var info = stat()
-            return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
-        }
-        let databaseFiles = Set(["", "-wal", "-shm"].compactMap { inode(path + $0) })
+        let databaseFiles = Set(["", "-wal", "-shm"].compactMap { Self.inode(path + $0) })
         await database.suspend()
         let held = ProcLocks.held(by: getpid(), under: directory.path)
         #expect(held.allSatisfy { !databaseFiles.contains($0.inode) }, "a lock on the database's files after database.suspend(): \(held)")
         // What is left is the process's owner token (.baton/owners/<token>), which owns its
         // signal-table entry: released by the container's suspension.
         let owners = (try? FileManager.default.contentsOfDirectory(atPath: directory.path + "/.baton/owners")) ?? []
-        let tokens = Set(owners.compactMap { inode(directory.path + "/.baton/owners/" + $0) })
+        let tokens = Set(owners.compactMap { Self.inode(directory.path + "/.baton/owners/" + $0) })
         #expect(!held.isEmpty && held.allSatisfy { tokens.contains($0.inode) }, "\(held)")
         await container.suspend()
         #expect(ProcLocks.held(by: getpid(), under: directory.path).isEmpty)
@@ -169,15 +176,12 @@ struct DatabaseFileTests {
     func aSecondOpenKeepsTheFirstOnesLocks() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE t(x)") }
+        let migrator = Self.oneTableMigrator
         let path = directory.path + "/app.sqlite"
         let first = try await SharedDatabase.open(at: path, container: container, migrator: migrator)
         try await first.write { db in try db.execute(sql: "INSERT INTO t VALUES (1)") }
         #expect(try await first.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 1)
-        var info = stat()
-        #expect(stat(path + "-shm", &info) == 0)
-        let shm = UInt64(info.st_ino)
+        let shm = try #require(Self.inode(path + "-shm"))
         func shmLocks() -> [ProcLocks.Entry] {
             ProcLocks.held(by: getpid(), under: directory.path).filter { $0.inode == shm && $0.kind == "POSIX" }
         }
@@ -186,7 +190,7 @@ struct DatabaseFileTests {
         #expect(!shmLocks().isEmpty, "the second open dropped the first connection's lock on the -shm")
         let reader = try #require(try await SharedDatabase.openReadOnly(at: path, container: container, migrator: migrator))
         #expect(!shmLocks().isEmpty, "a read-only open dropped the first connection's lock on the -shm")
-        // The three go on (a write through each, seen by the others).
+        // The three go on: a write through the second is seen by the reader and the first.
         try await second.write { db in try db.execute(sql: "INSERT INTO t VALUES (2)") }
         #expect(try await reader.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 2)
         #expect(try await first.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 2)

@@ -2,8 +2,9 @@
 import CBatonShims
 
 extension PromptWakeUps {
-    /// sched_setattr(2) with a 0.1 ms `sched_runtime` (the shim keeps the nice value and policy).
-    static func requestPlatform() {
+    /// Asks for prompt wake-ups for the calling thread: sched_setattr(2) with a 0.1 ms
+    /// `sched_runtime` (the shim keeps the nice value and policy; a refusal is ignored).
+    package static func requestForCurrentThread() {
         _ = baton_linux_request_short_slice(sliceNanoseconds)
     }
 

@@ -22,9 +22,6 @@ package enum PromptWakeUps {
     /// The slice requested on Linux: the kernel's minimum.
     static let sliceNanoseconds: UInt64 = 100_000
 
-    /// Asks for prompt wake-ups for the calling thread (best effort: a refusal changes nothing
-    /// but latency under load).
-    package static func requestForCurrentThread() {
-        requestPlatform()
-    }
+    // `requestForCurrentThread()` (best effort: a refusal changes nothing but latency under
+    // load) and `currentSliceNanoseconds` are in the platform files.
 }
