@@ -39,7 +39,9 @@ struct WriterQueueTests {
         let queue = try TicketLock(container, name: "queue")
         let holder = try ChildProcess(harness: ["kernel-test", "queue-acquire", "--name", "queue"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "acquired" }
-        let waiting = Task { try queue.acquire(deadline: .after(.seconds(20)), interruption: { nil }) }
+        // The wait runs on a thread of its own: blocking a pool thread for it could leave this
+        // task no thread to send the SIGKILL on (the wait then ran out after 20 s, `busy`).
+        let waiting = Task { try await onOwnThread { try queue.acquire(deadline: .after(.seconds(20)), interruption: { nil }) } }
         try await Task.sleep(for: .milliseconds(200))
         let killed = ContinuousClock.now
         holder.signal(SIGKILL)

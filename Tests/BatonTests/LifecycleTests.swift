@@ -352,6 +352,7 @@ struct LifecycleTests {
         let background = LocalBackgroundTasks()
         let sensitive = SensitiveTasks(container: container, provider: background, criticalSection: supervisor)
         let (finish, finishContinuation) = AsyncStream<Void>.makeStream()
+        let (entered, enteredContinuation) = AsyncStream<Void>.makeStream()
         let revoked = Locked(false)
         let connectionAtRevoke = Locked<LoopbackClient?>(nil)
         try await withSupervisor(supervisor) { log in
@@ -361,11 +362,13 @@ struct LifecycleTests {
                 group.addTask {
                     try await sensitive.withSensitiveTask("payment") {
                         try await sensitive.withSensitiveTask("nested") {
+                            enteredContinuation.yield()
                             for await _ in finish { break }
                         }
                     }
                 }
-                try await Task.sleep(for: .milliseconds(50))
+                // Both tasks have begun (a fixed sleep here raced the group's task on a loaded runner).
+                for await _ in entered { break }
                 #expect(sensitive.running == ["nested", "payment"])
                 #expect(background.activeTasks == ["nested", "payment"])
                 group.addTask {
