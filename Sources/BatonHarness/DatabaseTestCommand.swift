@@ -42,6 +42,7 @@ struct DatabaseTestCommand: AsyncParsableCommand {
     @Flag(help: "After writing, keep running with the database open until killed.") var stay = false
     @Option(help: "Configuration.checkpointPages.", transform: ArgumentCheck.positiveCount) var checkpointPages: Int?
     @Option(help: "Configuration.walRestartSize, in bytes.", transform: ArgumentCheck.count) var walRestartSize: Int?
+    @Option(help: "Configuration.busyTimeout, in seconds.", transform: ArgumentCheck.positiveSeconds) var busyTimeout: Double?
 
     func run() async throws {
         if mode == .tryLock {
@@ -63,6 +64,7 @@ struct DatabaseTestCommand: AsyncParsableCommand {
         var configuration = SharedDatabase.Configuration()
         if let checkpointPages { configuration.checkpointPages = checkpointPages }
         if let walRestartSize { configuration.walRestartSize = walRestartSize }
+        if let busyTimeout { configuration.busyTimeout = .seconds(busyTimeout) }
         let database = try await SharedDatabase.open(
             at: path, container: container, migrator: TestSchema.migrator(slow: slowMigration), configuration: configuration)
         switch mode {

@@ -46,12 +46,11 @@ struct DataVersionTests {
         // parallel run this task's resumption can wait seconds for a cooperative thread, and a
         // write that committed at a shorter bound before the read made this test fail twice.)
         let write = try await HeldWriterConnection(database.pool, inserting: (writer: 1, seq: 3), bound: .seconds(120))
-        let asked = ContinuousClock.now
+        // A read that waited for the write would wait until the bound: `held` is then false.
+        // (No timing assertion: on a loaded runner the read alone can take over 500 ms.)
         let during = try await database.dataVersion()
-        let took = ContinuousClock.now - asked
         let held = try await write.end()
-        #expect(held, "the write transaction ended before the read")
-        #expect(took < .milliseconds(500), "the read waited \(took) for the write transaction")
+        #expect(held, "the read waited for the write transaction: it ended at its bound before the read")
         #expect(during == third, "an uncommitted write")
         #expect(try await database.dataVersion() != third, "its commit")
         #expect(!reader.isInTransaction)

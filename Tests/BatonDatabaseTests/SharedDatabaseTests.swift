@@ -64,13 +64,15 @@ final class Flag: Sendable {
 /// bound, so that a failing test does not hang; ``end()`` says whether the hold lasted until
 /// it was released.
 final class HeldWriterConnection: Sendable {
+    private let ended: Flag
     private let release: Flag
     private let releasedInTime: Flag
     private let task: Task<Void, any Error>
 
     /// Starts the hold; returns once it holds the connection.
     init(_ pool: DatabasePool, inserting row: (writer: Int, seq: Int)?, bound: Duration) async throws {
-        let holding = Flag(), release = Flag(), releasedInTime = Flag()
+        let holding = Flag(), ended = Flag(), release = Flag(), releasedInTime = Flag()
+        self.ended = ended
         self.release = release
         self.releasedInTime = releasedInTime
         task = Task.detached {
@@ -79,6 +81,7 @@ final class HeldWriterConnection: Sendable {
                 let deadline = ContinuousClock.now + bound
                 while !release.value.load(ordering: .relaxed), ContinuousClock.now < deadline { usleep(1_000) }
                 releasedInTime.value.store(release.value.load(ordering: .relaxed), ordering: .relaxed)
+                ended.value.store(true, ordering: .relaxed)
             }
             if let row {
                 try await pool.write { db in
@@ -101,6 +104,10 @@ final class HeldWriterConnection: Sendable {
         }
     }
 
+    /// Whether the hold is still on: not yet released (by ``end()`` or ``release(after:)``) and
+    /// `bound` not yet reached.
+    var isHeld: Bool { !ended.value.load(ordering: .relaxed) }
+
     /// Releases the connection and waits for the write to end.
     /// - Returns: Whether it was still held when released (not ended at `bound`).
     @discardableResult
@@ -118,7 +125,10 @@ struct SharedDatabaseTests {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let writers = try (1...4).map { writer in
-            try ChildProcess(harness: ["db-test", "write", path, "--count", "2000", "--writer", "\(writer)"], container: directory.path)
+            // (A busy timeout above the default 5 s: on a loaded 2-core runner four writers
+            // plus the other suites can keep one waiting longer, and this test is about losing
+            // nothing, not about the wait.)
+            try ChildProcess(harness: ["db-test", "write", path, "--count", "2000", "--writer", "\(writer)", "--busy-timeout", "60"], container: directory.path)
         }
         for child in writers {
             let status = try await child.wait(timeout: 120)
@@ -179,8 +189,10 @@ struct SharedDatabaseTests {
         let path = directory.path + "/app.sqlite"
         let holder = try ChildProcess(harness: ["db-test", "hold", path, "--count", "100"], container: directory.path)
         try await holder.line(timeout: 30) { $0 == "in-transaction" }
-        // A second writer queues behind the holder.
-        let waiter = try ChildProcess(harness: ["db-test", "write", path, "--count", "5", "--writer", "7"], container: directory.path)
+        // A second writer queues behind the holder. Its patience runs from its own start, and
+        // the SIGKILL below comes when this test's task next runs: under load that took more
+        // than the default 5 s, and the waiter gave up (`busy`) before the kill.
+        let waiter = try ChildProcess(harness: ["db-test", "write", path, "--count", "5", "--writer", "7", "--busy-timeout", "60"], container: directory.path)
         try await waiter.line(timeout: 30) { $0 == "ready" }
         holder.signal(SIGKILL)
         #expect(try await holder.wait() == 128 + SIGKILL)
@@ -207,9 +219,10 @@ struct SharedDatabaseTests {
         defer { writer.signal(SIGKILL) }
         let container = try SharedContainer(path: directory.path)
         var configuration = SharedDatabase.Configuration()
-        configuration.busyTimeout = .seconds(2)
+        configuration.busyTimeout = .seconds(10)
         let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
-        // Without the take-over this waits for the whole busy timeout and throws `busy`.
+        // Without the take-over this waits for the whole busy timeout and throws `busy` (the
+        // writer is stopped: it never gives its turn back).
         for seq in 0..<3 {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
         }
