@@ -13,7 +13,12 @@ struct ChannelExecutorTests {
         let channel = try SharedChannel<Int>(container, name: "executor-receive", capacity: .unbounded)
         let before = ChannelExecutor.shared.waitsRegistered
         let sender = Task {
-            try await Task.sleep(for: .milliseconds(300))
+            // Sends once the receive waits on the executor (a fixed 300 ms sleep could end
+            // before it, on a loaded runner: the receive then found the element, with no wait).
+            let start = ContinuousClock.now
+            while ChannelExecutor.shared.waitsRegistered == before, ContinuousClock.now - start < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             return try await runBaton(["channel", "send", "executor-receive", "41"], container: directory.path).status
         }
         let received = try await withTaskExecutorPreference(channel.executor) {

@@ -43,14 +43,14 @@ struct DeadLockRuleTests {
 
     /// Launches `baton MODE ARGUMENTS`, waits until it is ready, runs `prepare`, suspends it.
     /// - Returns: The kill, if the rule killed it.
-    static func suspendWorker(_ mode: String, _ arguments: [String], prepare: @Sendable (SimulatedProcess) async -> Void = { _ in }) async throws -> DeadLockKill? {
+    static func suspendWorker(_ mode: String, _ arguments: [String], prepare: @Sendable (SimulatedProcess, String) async throws -> Void = { _, _ in }) async throws -> DeadLockKill? {
         let result = Mutex<DeadLockKill?>(nil)
         // The lock holders are test workers: they run in `baton-harness`, not `baton`.
-        try await SimulatorTests.withSimulator(configure: { $0.executable = ChildProcess.harnessExecutable }) { simulator, _ in
+        try await SimulatorTests.withSimulator(configure: { $0.executable = ChildProcess.harnessExecutable }) { simulator, directory in
             let ready = simulator.expect { $0.kind == .ready }
             let process = try simulator.launch(label: "worker", mode: mode, arguments: arguments)
             _ = try #require(await simulator.wait(for: ready, timeout: .seconds(20)), "\(mode) \(arguments) never reported ready")
-            await prepare(process)
+            try await prepare(process, directory)
             let killed = await simulator.suspend(process)
             #expect(killed == !simulator.deadLockKillRecords.isEmpty)
             if !killed {
@@ -82,10 +82,15 @@ struct DeadLockRuleTests {
 
     @Test(arguments: [false, true])
     func aGRDBAppWithAWriteOpenInTheBackgroundIsKilledUnlessItUsesBatonsSuspension(baton: Bool) async throws {
-        let kill = try await Self.suspendWorker("sim-grdb-app", baton ? ["--baton"] : []) { process in
+        let kill = try await Self.suspendWorker("sim-grdb-app", baton ? ["--baton"] : []) { process, directory in
             process.send(ChildCommand(.background))
-            // Let the write begin (it then runs for 30 s).
-            try? await Task.sleep(for: .milliseconds(400))
+            // The write has begun (it then runs for 30 s) once the worker holds the WAL write
+            // lock (a fixed 400 ms sleep here could end before it, on a loaded runner).
+            let start = ContinuousClock.now
+            while !ProcFS.heldLocks(of: process.pid, under: directory).contains(where: { $0.path == "app.sqlite-shm" && $0.start == 120 && $0.exclusive }) {
+                guard ContinuousClock.now - start < .seconds(30) else { throw TestFailure("the worker's write never began") }
+                try await Task.sleep(for: .milliseconds(10))
+            }
         }
         if baton {
             #expect(kill == nil, "\(kill.map(String.init(describing:)) ?? "")")

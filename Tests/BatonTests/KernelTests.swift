@@ -114,15 +114,21 @@ struct KernelTests {
         let holder = try ChildProcess(harness: ["kernel-test", "hold-mutex", "--file", "mutex"], container: directory.path)
         _ = try await holder.line(timeout: 30) { $0.hasPrefix("held ") }
         let mutex = SharedMutex(map.pointer)
-        let token = try container.owners.enter()
-        defer { container.owners.leave() }
-        #expect(mutex.lock(as: token, tokens: container.owners, deadline: .now + .milliseconds(300), keepAlive: map) == nil)
+        let owners = container.owners
+        let token = try owners.enter()
+        defer { owners.leave() }
+        // The lock calls block: each runs on a thread of its own, not on one of the cooperative
+        // pool's two threads (which the other suites need meanwhile).
+        @Sendable func lock(within wait: Duration) async throws -> SharedMutex.Acquired? {
+            try await onOwnThread { mutex.lock(as: token, tokens: owners, deadline: .now + wait, keepAlive: map) }
+        }
+        #expect(try await lock(within: .milliseconds(300)) == nil)
         // Stopped, not dead: still its owner's.
         holder.signal(SIGSTOP)
-        #expect(mutex.lock(as: token, tokens: container.owners, deadline: .now + .milliseconds(300), keepAlive: map) == nil)
+        #expect(try await lock(within: .milliseconds(300)) == nil)
         holder.signal(SIGKILL)
         let start = ContinuousClock.now
-        let acquired = mutex.lock(as: token, tokens: container.owners, deadline: .now + .seconds(20), keepAlive: map)
+        let acquired = try await lock(within: .seconds(20))
         #expect(acquired == .ownerDied)
         #expect(ContinuousClock.now - start < .seconds(10))
         #expect(mutex.currentOwner == token)

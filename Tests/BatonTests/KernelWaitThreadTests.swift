@@ -345,8 +345,15 @@ struct KernelWaitThreadTests {
         // A wait whose snapshot predates the ring (taken before its caller checked its
         // condition), without a deadline that would make the thread look again: nothing will
         // ring again, so only its last look can end it (a watchdog cancels it otherwise).
-        let stale = Task { await Self.ending { try await bell.wait(after: before, deadline: .never) } }
+        // The watchdog's 3 s count from the moment the stale wait's task runs: counted from its
+        // creation, they ran out on a loaded runner before the cooperative pool ran the task.
+        let (began, beganContinuation) = AsyncStream<Void>.makeStream()
+        let stale = Task {
+            beganContinuation.yield()
+            return await Self.ending { try await bell.wait(after: before, deadline: .never) }
+        }
         let watchdog = Task {
+            for await _ in began { break }
             try await Task.sleep(for: .seconds(3))
             stale.cancel()
         }

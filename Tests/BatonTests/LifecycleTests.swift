@@ -267,7 +267,16 @@ struct LifecycleTests {
         var iterator = updates.makeAsyncIterator()
         let first = await iterator.next()
         #expect(first?.status == .reachable || first?.status == .unreachable)
-        #expect((monitor.currentPath.generation) >= 1, "the changes were published as new paths")
+        // The monitor publishes the batch's path just after its messages: wait for it (reading
+        // `currentPath` at once raced the monitor's thread on a loaded runner).
+        let published = try await within(20, "a path published for the changes") {
+            for await path in monitor.updates() { // the latest path first, then later ones
+                if path.generation >= 1 { return true }
+            }
+            return false
+        }
+        #expect(published, "the changes were published as new paths")
+        #expect(monitor.currentPath.generation >= 1)
 
         // Malformed input never crashes the parser.
         let garbage: [UInt8] = [200, 0, 0, 0, 20, 0] + Array(repeating: 0xff, count: 40)

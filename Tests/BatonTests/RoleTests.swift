@@ -108,12 +108,33 @@ struct RoleTests {
     }
 
     @Test func aCriticalSectionDefersMain() async throws {
+        // The executor's critical section lasts 2 s; the main is started once this process has
+        // read "critical-begin". On a loaded runner that can be more than 2 s later: then the
+        // main's request comes after the section ended by itself (the executor prints
+        // critical-end before stop-requested) and shows nothing; the attempt is made again.
+        // The last attempt is checked in full whatever the timing.
+        for attempt in 1...3 {
+            if try await criticalSectionDefersMain(lastAttempt: attempt == 3) { return }
+        }
+    }
+
+    /// One attempt of ``aCriticalSectionDefersMain()``: false if the main asked too late.
+    private func criticalSectionDefersMain(lastAttempt: Bool) async throws -> Bool {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()
         let executor = try ChildProcess(["role", "acquire", "--role", "executor", "--hold", "60", "--critical", "2"], container: dir.path)
         _ = try await executor.line(timeout: 30, matching: Self.event("critical-begin"))
         let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "0.1", "--timeout", "60", "--grace", "0.2"], container: dir.path)
-        let status = try await Self.waitForStatus(role) { $0.holder?.stopRequest != nil }
+        // (A late request may be served at once, too briefly for the status to show it.)
+        let status = try await Self.waitForStatus(role) { $0.holder?.stopRequest != nil || main.lines.contains(where: Self.event("acquired")) }
+        if !lastAttempt, status.holder?.state != .critical {
+            #expect(try await executor.wait() == 0)
+            let lines = executor.lines
+            if let end = lines.firstIndex(where: Self.event("critical-end")),
+               let request = lines.firstIndex(where: Self.event("stop-requested")), end < request {
+                return false
+            }
+        }
         #expect(status.holder?.state == .critical)
         #expect(status.holder?.pid == executor.pid)
         #expect(status.holder?.stopRequest?.pid == main.pid)
@@ -125,6 +146,7 @@ struct RoleTests {
         let released = try #require(lines.firstIndex(where: Self.event("released")))
         #expect(end < released)
         #expect(try await main.wait() == 0)
+        return true
     }
 
     @Test func killingTheHolderFreesTheRoleAtOnce() async throws {
@@ -143,10 +165,23 @@ struct RoleTests {
     }
 
     @Test func aSuspendedHolderHoldsNoLock() async throws {
+        // The holder suspends 1 s after acquiring. On a loaded runner this process can read its
+        // "acquired" more than 1 s late and look at its locks after the suspension: then the
+        // attempt is made again with a new holder. The last attempt is checked in full.
+        for attempt in 1...3 {
+            if try await suspendedHolderHoldsNoLock(lastAttempt: attempt == 3) { return }
+        }
+    }
+
+    /// One attempt of ``aSuspendedHolderHoldsNoLock()``: false if the look at the holder's
+    /// locks came after its suspension had begun.
+    private func suspendedHolderHoldsNoLock(lastAttempt: Bool) async throws -> Bool {
         let dir = try TemporaryContainer()
         let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", "600", "--suspend-after", "1"], container: dir.path)
         _ = try await main.line(timeout: 30, matching: Self.event("acquired"))
-        #expect(!ProcLocks.held(by: main.pid, under: dir.path + "/.baton").isEmpty, "the check sees the holder's lock")
+        let heldBefore = !ProcLocks.held(by: main.pid, under: dir.path + "/.baton").isEmpty
+        if !heldBefore, !lastAttempt { return false }
+        #expect(heldBefore, "the check sees the holder's lock")
         _ = try await main.line(timeout: 30, matching: Self.event("suspended"))
         main.signal(SIGSTOP)
         defer { main.signal(SIGCONT) }
@@ -154,6 +189,7 @@ struct RoleTests {
         // Nothing stops an extension now.
         let executor = try await runBaton(["role", "acquire", "--role", "executor", "--timeout", "10"], container: dir.path)
         #expect(executor.status == 0)
+        return true
     }
 
     @Test func anOvertakenHoldersTokenIsRejected() async throws {
@@ -377,11 +413,13 @@ struct RoleTests {
         let started = Date()
         let waiter = try ChildProcess(["role", "acquire", "--role", "main", "--timeout", "1"], container: dir.path)
         // The acquisition gives up at its deadline; the busy report's status read at its own
-        // bound (RoleDirectory.arbiterWaitBound, 2 s).
-        let status = try await waiter.wait(timeout: 8)
+        // bound (RoleDirectory.arbiterWaitBound, 2 s): about 3 s after the child's start. The
+        // bound leaves 5 s for starting the child on a loaded runner (5 s in all was too
+        // tight); a wait that outlived the deadline would last as long as the lock is held.
+        let status = try await waiter.wait(timeout: 15)
         let elapsed = Date().timeIntervalSince(started)
         #expect(status == 3, "\(waiter.lines) \(waiter.errorLines)")
-        #expect(elapsed < 5, "role acquire --timeout 1 took \(elapsed) s while the arbiter lock was held")
+        #expect(elapsed < 8, "role acquire --timeout 1 took \(elapsed) s while the arbiter lock was held")
         // Once the lock is free again, the role is acquired at once.
         _ = flock(arbiter, LOCK_UN)
         let epochs = try await Self.acquireEpochs(1, container: dir.path)
@@ -396,17 +434,28 @@ struct RoleTests {
         #expect(flock(arbiter, LOCK_EX) == 0)
         defer { close(arbiter) }
         // A long acquisition waits (suspended, holding no thread) while a status read of the
-        // same process gives up at its own bound instead of queueing behind it.
-        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(6))) }
+        // same process gives up at its own bound (2 s) instead of queueing behind it (30 s).
+        // The bounds leave seconds to spare on a loaded runner (a 6 s acquisition with a 4 s
+        // bound on the read left too little); the read blocks a thread of its own, not one of
+        // the cooperative pool's.
+        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(30))) }
         try await Task.sleep(for: .milliseconds(100))
-        let begin = Date()
-        #expect { _ = try role.status() } throws: { ($0 as? BatonError)?.code == .timedOut }
-        let read = Date().timeIntervalSince(begin)
-        #expect(read > 1.5 && read < 4, "the status read took \(read) s")
-        // Once the lock is free, the waiting acquisition gets the role before its deadline.
+        let read = try await onOwnThread { () -> (error: BatonError?, seconds: Double) in
+            let begin = Date()
+            do {
+                _ = try role.status()
+                return (nil, Date().timeIntervalSince(begin))
+            } catch {
+                return (error as? BatonError, Date().timeIntervalSince(begin))
+            }
+        }
+        #expect(read.error?.code == .timedOut, "\(String(describing: read.error))")
+        #expect(read.seconds > 1.5 && read.seconds < 10, "the status read took \(read.seconds) s")
+        // Once the lock is free, the waiting acquisition gets the role promptly.
         _ = flock(arbiter, LOCK_UN)
+        let released = Date()
         let lease = try await acquisition.value
-        #expect(Date().timeIntervalSince(begin) < 5)
+        #expect(Date().timeIntervalSince(released) < 10)
         await lease.release()
     }
 
