@@ -148,7 +148,8 @@ public func select<Outcome>(
     try await select(cases, deadline: deadline)
 }
 
-private func timedOut() -> BatonError {
+/// The error of a select (or a rendezvous send or receive) that reached its deadline.
+func selectTimedOut() -> BatonError {
     BatonError(.timedOut, "no case of the select became possible before the deadline")
 }
 
@@ -193,7 +194,7 @@ public func select<Outcome>(
         // (A select that arms to look arms once even past the deadline: a ready case fires.)
         if !armingLooks || !first {
             try Task.checkCancellation()
-            if deadline.hasPassed { throw timedOut() }
+            if deadline.hasPassed { throw selectTimedOut() }
         }
         first = false
         let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
@@ -208,7 +209,7 @@ public func select<Outcome>(
             do {
                 _ = try await ChannelWaits.first(waits())
             } catch let error as BatonError where error.code == .timedOut {
-                if deadline.hasPassed { throw timedOut() }
+                if deadline.hasPassed { throw selectTimedOut() }
             }
             continue
         }
@@ -270,7 +271,7 @@ public func select<Outcome>(
         if let fired { return try await fired() }
         if let failure {
             if let error = failure as? BatonError, error.code == .timedOut {
-                if deadline.hasPassed { throw timedOut() }
+                if deadline.hasPassed { throw selectTimedOut() }
                 continue
             }
             throw failure

@@ -130,7 +130,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         case .rendezvous:
             // A select of one case: the element is offered under a claim word, so that it is
             // taken at most once, and never after this send gave up (or its process died).
-            try await select([.send(element, to: self) {}], deadline: deadline)
+            try await sendRendezvous(element, deadline: deadline)
         }
     }
 
@@ -196,7 +196,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
         if capacity == .rendezvous {
             // A select of one case: registered under a claim word, so that a `trySend` hands it
             // an element only while it waits.
-            return try await select([.receive(from: self) { $0 }], deadline: deadline)
+            return try await receiveRendezvous(deadline: deadline)
         }
         // Set once another process was seen holding a taken element: then a wait also watches
         // for processes releasing their owner tokens (a taker may die).

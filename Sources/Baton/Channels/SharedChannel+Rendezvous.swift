@@ -1,0 +1,172 @@
+// A rendezvous send or receive on one channel: `select`'s protocol for a single case, without
+// its general machinery.
+//
+// `select` handles any number of cases of any element types: an array of cases, closures for
+// each way a case is tried, armed and completed, arrays of doorbells and snapshots, a table of
+// armed cases. A plain `send` or `receive` is a select of one case, and on a loaded machine,
+// where both sides of a conversation share one core, the time of a round trip is the length of
+// that code (a measured ~10 µs a side). These two functions take exactly the steps `select`
+// takes for one rendezvous case, in the same order and under the same locks (the claim word,
+// the registration, the offer), with none of the allocations. Go does the same: `chansend` and
+// `chanrecv` beside `selectgo`.
+
+extension SharedChannel {
+    /// What one look at a rendezvous receive case found (``ChannelSelectCase/receive(from:_:)``'s
+    /// `look`).
+    private enum ReceiveLook {
+        /// An element, or `nil`: closed and drained.
+        case fired(Element?)
+        case notReady
+        case ownClaimed
+    }
+
+    /// One look at the channel for a receive (and, with `registering`, registration under the
+    /// same lock when nothing is there): as ``ChannelSelectCase/receive(from:_:)`` looks.
+    private func lookForReceive(own: ChannelWaiterTable.Waiter, registering: Int?) throws -> ReceiveLook {
+        while true {
+            switch try attemptReceive(own: own, registering: registering) {
+            case .element(let element): return .fired(element)
+            case .end:
+                if !log.waiters.cancelForOwnMove(own) { return .ownClaimed }
+                return .fired(nil)
+            case .retry: continue
+            case .ownClaimed: return .ownClaimed
+            case .empty(let othersTaking):
+                if othersTaking, try log.recoverDeadTakers() { continue }
+                return .notReady
+            }
+        }
+    }
+
+    /// ``receive(deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
+    /// `.receive(from: self) { $0 }`, step for step.
+    func receiveRendezvous(deadline: Deadline) async throws -> Element? {
+        let table = log.waiters
+        let doorbell = log.readable
+        // A receive falls back to a slow check for dead takers and dead counterparts.
+        let slow = log.storage.isFile
+        var first = true
+        while true {
+            // (Arming looks: the first pass arms even past the deadline, so a ready element is taken.)
+            if !first {
+                try Task.checkCancellation()
+                if deadline.hasPassed { throw selectTimedOut() }
+            }
+            first = false
+            let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+            let waiter = try table.begin()
+            var fired: Element??
+            var armed = false
+            var failure: (any Error)?
+            do {
+                var settled = false
+                switch try lookForReceive(own: waiter, registering: 0) {
+                case .fired(let element): fired = .some(element); settled = true
+                case .ownClaimed: armed = true; settled = true
+                case .notReady: armed = true
+                }
+                var seen: UInt32 = 0
+                if fired == nil, table.isWaiting(waiter) {
+                    // Every way the case completes now claims the waiter first and rings after.
+                    seen = doorbell.snapshot()
+                    if log.isClosed { settled = true }
+                }
+                if fired == nil && !settled && table.isWaiting(waiter), !doorbell.spin(after: seen) {
+                    try await doorbell.wait(after: seen, deadline: slice, spinning: false)
+                }
+            } catch {
+                failure = error
+            }
+            // Close the wait: nothing can claim the waiter after this.
+            let claimed = table.finish(waiter)
+            do {
+                if fired == nil, claimed != nil, armed {
+                    armed = false
+                    completing: while true {
+                        switch try attemptReceive(addressedTo: waiter) {
+                        case .element(let element): fired = .some(element); break completing
+                        case .retry: continue
+                        default: break completing // the claim came to nothing: the sender died
+                        }
+                    }
+                }
+                if armed { try log.unregister(waiter) }
+            } catch {
+                table.end(waiter)
+                throw error
+            }
+            table.end(waiter)
+            if let fired { return fired }
+            if let failure {
+                if let error = failure as? BatonError, error.code == .timedOut {
+                    if deadline.hasPassed { throw selectTimedOut() }
+                    continue
+                }
+                throw failure
+            }
+        }
+    }
+
+    /// ``send(_:deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
+    /// `.send(element, to: self) {}`, step for step.
+    func sendRendezvous(_ element: Element, deadline: Deadline) async throws {
+        let table = log.waiters
+        let doorbell = log.writable
+        // A rendezvous send falls back to a slow check for dead receivers.
+        let slow = log.storage.isFile
+        var first = true
+        while true {
+            if !first {
+                try Task.checkCancellation()
+                if deadline.hasPassed { throw selectTimedOut() }
+            }
+            first = false
+            let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+            let waiter = try table.begin()
+            var fired = false
+            var offer: UInt64? // the send id of the element offered under `waiter`
+            var failure: (any Error)?
+            do {
+                var settled = false
+                // Hand the element to a registered receiver, or offer it, under one lock.
+                let (sendID, result) = try append(element, mode: .handoffOrOffer(waiter, case: 0), own: nil)
+                switch result {
+                case .appended: fired = true; settled = true
+                case .offered: offer = sendID
+                case .ownClaimed, .refused: settled = true
+                }
+                var seen: UInt32 = 0
+                if !fired, table.isWaiting(waiter) {
+                    seen = doorbell.snapshot()
+                    if log.isClosed { settled = true }
+                }
+                if !fired && !settled && table.isWaiting(waiter), !doorbell.spin(after: seen) {
+                    try await doorbell.wait(after: seen, deadline: slice, spinning: false)
+                }
+            } catch {
+                failure = error
+            }
+            let claimed = table.finish(waiter)
+            do {
+                if !fired, claimed != nil, let sendID = offer {
+                    offer = nil
+                    // Taken unless it can still be withdrawn (the receiver died before taking it).
+                    fired = try !log.withdraw(sendID: sendID)
+                }
+                if let sendID = offer { _ = try log.withdraw(sendID: sendID) }
+            } catch {
+                table.end(waiter)
+                throw error
+            }
+            table.end(waiter)
+            if fired { return }
+            if let failure {
+                if let error = failure as? BatonError, error.code == .timedOut {
+                    if deadline.hasPassed { throw selectTimedOut() }
+                    continue
+                }
+                throw failure
+            }
+        }
+    }
+}
