@@ -20,9 +20,20 @@ struct SimulatorTests {
 
     /// Runs `baton demo --json` and returns its exit status and JSON report.
     static func demo(_ arguments: [String]) async throws -> (status: Int32, report: [String: Any]) {
-        let result = try await runBaton(["demo", "--json"] + arguments, container: nil, timeout: 90)
+        // The run's events, said when it fails: what happened to each message it names.
+        let events = FileManager.default.temporaryDirectory.appendingPathComponent("baton-demo-events-\(UUID().uuidString).jsonl").path
+        defer { try? FileManager.default.removeItem(atPath: events) }
+        let result = try await runBaton(["demo", "--json", "--events", events] + arguments, container: nil, timeout: 90)
         let line = try #require(result.lines.last { $0.hasPrefix("{") }, "no JSON report; stderr: \(result.errors.suffix(5))")
-        return (result.status, object(line))
+        let report = object(line)
+        if result.status != 0 {
+            let failures = "\(report["failures"] ?? "")"
+            let named = Set(failures.matches(of: /[a-z0-9]+-m[0-9]{4}/).map { String($0.output) })
+            let lines = ((try? String(contentsOfFile: events, encoding: .utf8)) ?? "").split(separator: "\n")
+            let relevant = lines.filter { line in named.contains { line.contains($0) } || line.contains("\"process\":\"app") }
+            print("demo \(arguments.joined(separator: " ")) failed: \(failures)\nits events for those messages and the app:\n\(relevant.suffix(80).joined(separator: "\n"))")
+        }
+        return (result.status, report)
     }
 
     /// The same seeded chaos run under Apple's rule (the default) and the strict one: both keep
