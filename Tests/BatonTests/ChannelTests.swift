@@ -584,6 +584,13 @@ struct ChannelTests {
         await #expect(throws: CancellationError.self) { try await offering.value }
         #expect(try meet.tryReceive() == nil, "a cancelled rendezvous send left its element")
         #expect(try meet.trySend(1) == false, "rendezvous trySend succeeded without a waiting receiver")
+        // A rendezvous receive that times out or is cancelled withdraws its registration.
+        await #expect { _ = try await meet.receive(deadline: .after(.milliseconds(50))) } throws: { ($0 as? BatonError)?.code == .timedOut }
+        let waitingReceive = Task { try await meet.receive() }
+        try await Task.sleep(for: .milliseconds(50))
+        waitingReceive.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waitingReceive.value }
+        #expect(try meet.log.registeredReceiverCount() == 0, "a timed-out or cancelled rendezvous receive stayed registered")
     }
 
     // MARK: In process
