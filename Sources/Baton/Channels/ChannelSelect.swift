@@ -153,6 +153,18 @@ func selectTimedOut() -> BatonError {
     BatonError(.timedOut, "no case of the select became possible before the deadline")
 }
 
+/// After a pass of a select (or of a rendezvous send or receive) that completed no case:
+/// returns to go round again (nothing failed, or only the pass's time slice ended); throws
+/// `failure`, or `timedOut` once the deadline has passed.
+func goRoundAgain(after failure: (any Error)?, deadline: Deadline) throws {
+    guard let failure else { return }
+    if let error = failure as? BatonError, error.code == .timedOut {
+        if deadline.hasPassed { throw selectTimedOut() }
+        return
+    }
+    throw failure
+}
+
 /// ``select(_:deadline:)`` over an array of cases.
 ///
 /// Like Go's `select`: the cases are tried in a random order; when none can proceed and some
@@ -269,12 +281,6 @@ public func select<Outcome>(
         }
         table.end(waiter)
         if let fired { return try await fired() }
-        if let failure {
-            if let error = failure as? BatonError, error.code == .timedOut {
-                if deadline.hasPassed { throw selectTimedOut() }
-                continue
-            }
-            throw failure
-        }
+        try goRoundAgain(after: failure, deadline: deadline)
     }
 }

@@ -38,22 +38,38 @@ extension SharedChannel {
         }
     }
 
+    /// Starts a pass of a rendezvous wait. From the second pass on it stops at cancellation or
+    /// at the deadline (the first pass arms even past the deadline, so a counterpart already
+    /// there is met, as a select whose cases are all rendezvous does). Returns how long the pass
+    /// may sleep: a file channel's waits also look again every 250 ms, for counterparts (and
+    /// takers) that died.
+    private func startPass(_ first: inout Bool, deadline: Deadline) throws -> Deadline {
+        if !first {
+            try Task.checkCancellation()
+            if deadline.hasPassed { throw selectTimedOut() }
+        }
+        first = false
+        return log.storage.isFile ? deadline.earliest(.after(.milliseconds(250))) : deadline
+    }
+
+    /// After arming, unless the case `settled` (it fired, or its waiter was claimed): looks at
+    /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
+    /// waiter still waits. Every way the case completes now claims the waiter first and rings
+    /// after, so the doorbell is read before that look.
+    private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until slice: Deadline) async throws {
+        guard !settled, log.waiters.isWaiting(waiter) else { return }
+        let seen = doorbell.snapshot()
+        guard !log.isClosed, log.waiters.isWaiting(waiter), !doorbell.spin(after: seen) else { return }
+        try await doorbell.wait(after: seen, deadline: slice, spinning: false)
+    }
+
     /// ``receive(deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
     /// `.receive(from: self) { $0 }`, step for step.
     func receiveRendezvous(deadline: Deadline) async throws -> Element? {
         let table = log.waiters
-        let doorbell = log.readable
-        // A receive falls back to a slow check for dead takers and dead counterparts.
-        let slow = log.storage.isFile
         var first = true
         while true {
-            // (Arming looks: the first pass arms even past the deadline, so a ready element is taken.)
-            if !first {
-                try Task.checkCancellation()
-                if deadline.hasPassed { throw selectTimedOut() }
-            }
-            first = false
-            let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+            let slice = try startPass(&first, deadline: deadline)
             let waiter = try table.begin()
             var fired: Element??
             var armed = false
@@ -65,15 +81,7 @@ extension SharedChannel {
                 case .ownClaimed: armed = true; settled = true
                 case .notReady: armed = true
                 }
-                var seen: UInt32 = 0
-                if fired == nil, table.isWaiting(waiter) {
-                    // Every way the case completes now claims the waiter first and rings after.
-                    seen = doorbell.snapshot()
-                    if log.isClosed { settled = true }
-                }
-                if fired == nil && !settled && table.isWaiting(waiter), !doorbell.spin(after: seen) {
-                    try await doorbell.wait(after: seen, deadline: slice, spinning: false)
-                }
+                try await waitForCounterpart(waiter, ringing: log.readable, settled: settled, until: slice)
             } catch {
                 failure = error
             }
@@ -97,13 +105,7 @@ extension SharedChannel {
             }
             table.end(waiter)
             if let fired { return fired }
-            if let failure {
-                if let error = failure as? BatonError, error.code == .timedOut {
-                    if deadline.hasPassed { throw selectTimedOut() }
-                    continue
-                }
-                throw failure
-            }
+            try goRoundAgain(after: failure, deadline: deadline)
         }
     }
 
@@ -111,17 +113,9 @@ extension SharedChannel {
     /// `.send(element, to: self) {}`, step for step.
     func sendRendezvous(_ element: Element, deadline: Deadline) async throws {
         let table = log.waiters
-        let doorbell = log.writable
-        // A rendezvous send falls back to a slow check for dead receivers.
-        let slow = log.storage.isFile
         var first = true
         while true {
-            if !first {
-                try Task.checkCancellation()
-                if deadline.hasPassed { throw selectTimedOut() }
-            }
-            first = false
-            let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+            let slice = try startPass(&first, deadline: deadline)
             let waiter = try table.begin()
             var fired = false
             var offer: UInt64? // the send id of the element offered under `waiter`
@@ -135,14 +129,7 @@ extension SharedChannel {
                 case .offered: offer = sendID
                 case .ownClaimed, .refused: settled = true
                 }
-                var seen: UInt32 = 0
-                if !fired, table.isWaiting(waiter) {
-                    seen = doorbell.snapshot()
-                    if log.isClosed { settled = true }
-                }
-                if !fired && !settled && table.isWaiting(waiter), !doorbell.spin(after: seen) {
-                    try await doorbell.wait(after: seen, deadline: slice, spinning: false)
-                }
+                try await waitForCounterpart(waiter, ringing: log.writable, settled: settled, until: slice)
             } catch {
                 failure = error
             }
@@ -160,13 +147,7 @@ extension SharedChannel {
             }
             table.end(waiter)
             if fired { return }
-            if let failure {
-                if let error = failure as? BatonError, error.code == .timedOut {
-                    if deadline.hasPassed { throw selectTimedOut() }
-                    continue
-                }
-                throw failure
-            }
+            try goRoundAgain(after: failure, deadline: deadline)
         }
     }
 }
