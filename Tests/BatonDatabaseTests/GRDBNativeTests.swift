@@ -529,15 +529,13 @@ struct GRDBNativeTests {
         // runners.)
         let hold = try await HeldWriterConnection(pool, inserting: nil, bound: .seconds(20))
         try await commitTwoRowsFromAnotherProcess(path, directory)
-        let heldWhenSeen = Flag()
-        try await within(30, "the other process's commit") {
+        let wasHeld = try await within(30, "the other process's commit") {
             while latest.load(ordering: .relaxed) != 2 {
                 if let end = ended.withLock({ $0 }) { throw TestFailure(end) }
                 try await Task.sleep(for: .milliseconds(1))
             }
-            heldWhenSeen.value.store(hold.isHeld, ordering: .relaxed)
+            return hold.isHeld
         }
-        let wasHeld = heldWhenSeen.value.load(ordering: .relaxed)
         #expect(wasHeld, "the fresh value waited for the app's hold on the writer connection to end")
         try await hold.end()
         #expect(ended.withLock { $0 } == nil)

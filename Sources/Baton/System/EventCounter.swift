@@ -64,9 +64,7 @@ package final class EventCounter: Sendable {
     package func notify() {
         let (first, others) = state.withLock { state -> (Wake?, [Waiter]) in
             state.count &+= 1
-            defer { state.first = nil }
-            if state.others.isEmpty { return (state.first?.wake, []) }
-            defer { state.others = [] }
+            defer { (state.first, state.others) = (nil, []) }
             return (state.first?.wake, state.others)
         }
         first?.resume()
