@@ -152,6 +152,30 @@ struct SignalTests {
         #expect(status == 0, "watcher exit \(status): \(watcher.errorLines)")
     }
 
+    /// A process that has the table mapped already (this one) posts once after another program
+    /// cut the file short. Its post finds the cut through the mapping guard's count, with no
+    /// `fstat` (the touch of the cut part is repaired, then counted), rebuilds the table and
+    /// retires the cut one, which wakes the watcher: the one post reaches it. Cut at 0 (the
+    /// header faults), at 100 bytes (the header stays, the process entries read as zeros, the
+    /// slots fault) and at 6,000 bytes (the first slots stay).
+    @Test("a table cut short under a poster that has it mapped: the poster's one post reaches a sleeping watcher", arguments: [0, 100, 6_000])
+    func tableCutUnderAPosterThatHasItMapped(_ size: Int) async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        try container.signals.post("cut", state: 1) // mapped, and the slot named
+        let watcher = try ChildProcess(["signal", "watch", "cut", "--count", "5", "--timeout", "60", "--announce"], container: directory.path)
+        defer { watcher.signal(SIGKILL) }
+        try await watcher.line(timeout: 60) { $0 == "ready" }
+        #expect(truncate(directory.path + "/.baton/signals", off_t(size)) == 0)
+        try container.signals.post("cut", state: 7)
+        // The move to the new table is one delivery (its state may be the carried-over one, or
+        // 0 for a slot that was cut), the post made again on the new table is another, or both
+        // are one: a line with state 7 comes either way.
+        _ = try await watcher.line(timeout: 30) { $0 == "cut state=7" }
+        let size = try FileManager.default.attributesOfItem(atPath: directory.path + "/.baton/signals")[.size] as? Int
+        #expect(size == 4096 + 256 * 4096, "the table in place has its full size: \(String(describing: size))")
+    }
+
     @Test("a suspended process holds no lock on the signal table, and gets the posts made meanwhile after resume")
     func suspensionDropsTheEntryLock() async throws {
         let directory = try TemporaryContainer()

@@ -17,6 +17,10 @@ package final class MappedFile: @unchecked Sendable {
     package let relativePath: String
     /// This mapping's slot in the mapping guard (``MappingGuard``), -1 when not guarded.
     private var guardSlot: Int32 = -1
+    /// The guard's repair count of ``guardSlot`` at the last ``cutShortSinceLastCheck()``.
+    private var repairsChecked: UInt64 = 0
+    /// A repair in a slot given up by ``remap(size:)`` before anyone checked it.
+    private var repairCarried = false
 
     /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
     /// than `minimumSize`, it is extended with zeros first, its blocks reserved
@@ -52,11 +56,45 @@ package final class MappedFile: @unchecked Sendable {
             try FileSpace.reserve(fd, from: current, to: newSize, path: relativePath)
         }
         let newPointer = try Sys.mmap(fd, size: max(newSize, current), writable: true).get("mapping \(relativePath)")
+        if hasUncheckedRepair { repairCarried = true }
         MappingGuard.unregister(guardSlot)
         Sys.munmap(pointer, size: size)
         pointer = newPointer
         size = max(newSize, current)
         guardSlot = MappingGuard.register(pointer, size: size, fd: fd)
+        repairsChecked = 0
+    }
+
+    /// Whether another program cut the file short since the last call, so that the owner
+    /// rebuilds or reports what it held. Call under the owner's lock, as ``remap(size:)``.
+    ///
+    /// - Guarded mapping (``MappingGuard``): one load, no system call. A cut is seen once a touch
+    ///   of the mapping past the new end faulted and the guard extended the file again (zeros),
+    ///   so nothing faults after it; a cut that no touch reached yet harms nothing until one does.
+    ///   Check after touching the mapping (``hasUncheckedRepair``), not only before.
+    /// - Unguarded (the guard's table was full): one `fstat`, `true` while the file is shorter
+    ///   than the mapping; nothing may touch the mapping then (it would raise `SIGBUS`).
+    package func cutShortSinceLastCheck() -> Bool {
+        guard guardSlot >= 0 else {
+            guard case .success(let info) = Sys.fstat(fd) else { return false }
+            return Int(info.st_size) < size
+        }
+        let repairs = MappingGuard.repairs(in: guardSlot)
+        defer { (repairsChecked, repairCarried) = (repairs, false) }
+        return repairs != repairsChecked || repairCarried
+    }
+
+    /// Whether the mapping guard (``MappingGuard``) covers this mapping (it does unless its table
+    /// of 1,024 mappings was full): a touch past the end of the file then reads zeros instead
+    /// of raising `SIGBUS`.
+    package var isGuarded: Bool { guardSlot >= 0 }
+
+    /// Whether the guard repaired a fault in this mapping that ``cutShortSinceLastCheck()`` has
+    /// not reported yet: one load, never a system call (`false` when unguarded, where a touch
+    /// past the end would have raised `SIGBUS` instead).
+    package var hasUncheckedRepair: Bool {
+        guard guardSlot >= 0 else { return false }
+        return MappingGuard.repairs(in: guardSlot) != repairsChecked || repairCarried
     }
 
     /// The file's current size on disk (another process may have grown it).

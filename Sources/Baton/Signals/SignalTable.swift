@@ -147,7 +147,12 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         defer { withExtendedLifetime(released) {} }
         return try state.withLock { state in
             defer { swap(&released, &state.releasing) }
-            return try body(&state)
+            let result = try body(&state)
+            // A touch in `body` that faulted past the end of a file cut short under it (the
+            // mapping guard put zeros back, so only this process knows): rebuilt now, before
+            // the lock is let go, so that no process goes on with a table of zeros.
+            if state.map.hasUncheckedRepair { try? followRetirement(&state) }
+            return result
         }
     }
 
@@ -504,19 +509,28 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// Moves to a new table if the current one was retired by a rebuild in another process.
     ///
     /// Also moves on when the table file was cut short under this process (by another program:
-    /// Baton never truncates it): touching the mapping past the file's end would fault (SIGBUS),
-    /// so a truncated table is rebuilt instead (one `fstat`, before the mapping is touched).
-    private func followRetirement(_ state: inout State) throws {
-        if Self.isTruncated(state.map) {
-            // Extended again first (zeros), so that no process that still maps it faults, then
-            // rebuilt: the old table is retired and every process's thread woken to move on.
+    /// Baton never truncates it). The mapping guard (``MappingGuard``) turns a touch past the
+    /// file's end into zeros instead of a `SIGBUS` and counts it, so the check is one load and
+    /// no system call (``MappedFile/cutShortSinceLastCheck()``: the header word is read first,
+    /// so a cut through the header is seen in this same call; a cut further in is seen after
+    /// the touch that found it, at the end of its ``withState(_:)``). An unguarded mapping is
+    /// checked with one `fstat` before it is touched.
+    /// - Returns: Whether this process moved to another table.
+    @discardableResult
+    private func followRetirement(_ state: inout State) throws -> Bool {
+        let retired = state.map.isGuarded ? Self.isRetired(state.map) : false
+        if state.map.cutShortSinceLastCheck() {
+            // Extended again first (zeros; the guard did it already if it repaired), so that no
+            // process that still maps it faults, then rebuilt: the old table is retired and
+            // every process's thread woken to move on.
             let size = Int((try? Sys.fstat(state.map.fd).get("checking the signal table"))?.st_size ?? 0)
             try FileSpace.reserve(state.map.fd, from: size, to: state.map.size, path: Self.fileName)
             try rebuild(&state, reason: "the signal table was truncated")
-            return
+            return true
         }
-        guard Self.isRetired(state.map) else { return }
+        guard state.map.isGuarded ? retired : Self.isRetired(state.map) else { return false }
         try moveToTable(&state, try Self.openValidTable(files, replacing: state.map))
+        return true
     }
 
     /// Whether the file behind `map` is shorter than the mapping (someone cut it short).
@@ -540,12 +554,14 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                 if let value { baton_store64(slotState(state.map, slot), value) }
                 baton_add64(slotCounter(state.map, slot), 1)
             }
+            try followRetirement(&state)
             for attempt in 0... {
-                try followRetirement(&state)
                 slot = try findOrCreateSlot(&state, name)
                 if attempt < 4 {
                     write()
-                    if !Self.isRetired(state.map) { break }
+                    // Retired meanwhile, or cut short under the write: made again on the table
+                    // this process moves to.
+                    if try !followRetirement(&state) { break }
                 } else {
                     let map = state.map
                     let written = try Self.withTableLock(files) { () -> Bool in
@@ -554,6 +570,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                         return true
                     }
                     if written { break }
+                    try followRetirement(&state)
                 }
             }
             guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, [], false) }
@@ -649,19 +666,25 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         _ = runJobs(on: jobExecutor)
         typealias Plan = (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32)
         let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64)]) in
-            try? followRetirement(&state) // a truncated table is extended before it is read
-            let idle = state.observers.isEmpty
-            let overflow = !idle && state.entry == nil
-            if overflow != state.countedAsWaiter {
-                if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
-                state.countedAsWaiter = overflow
+            var deliveries: [(SignalObserver, UInt64)] = []
+            while true {
+                try? followRetirement(&state) // a truncated table is extended before it is read
+                let idle = state.observers.isEmpty
+                let overflow = !idle && state.entry == nil
+                if overflow != state.countedAsWaiter {
+                    if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
+                    state.countedAsWaiter = overflow
+                }
+                if idle { return (nil, []) }
+                let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
+                let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
+                let seen = baton_load32(Self.word(state.map, offset))
+                if let sleeping { baton_store32(sleeping, 1) }
+                deliveries += collectDeliveries(&state)
+                // A touch above that found the file cut short (the guard put zeros back): no
+                // sleep on a word of that table; the next pass rebuilds it.
+                if !state.map.hasUncheckedRepair { return ((state.map, offset, sleeping, seen), deliveries) }
             }
-            if idle { return (nil, []) }
-            let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
-            let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
-            let seen = baton_load32(Self.word(state.map, offset))
-            if let sleeping { baton_store32(sleeping, 1) }
-            return ((state.map, offset, sleeping, seen), collectDeliveries(&state))
         }
         guard let plan else { return nil }
         if let sleeping = plan.sleeping { sleepingFlag = (plan.map, sleeping) }
