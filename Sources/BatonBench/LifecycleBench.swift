@@ -37,7 +37,11 @@ enum LifecycleBench: BenchSuite {
         let rawHandover = try measureRawHandover(container: container, path: path, server: server, rounds: handovers)
         FileHandleOutput.standardError("lifecycle bench: measuring preemption")
         let (preemption, overlaps) = try await withTimeout("the preemptions") {
-            try await measurePreemption(container: container, path: path, server: server, rounds: handovers)
+            try await measurePreemption(container: container, path: path, server: server, rounds: handovers, onSignalThread: false)
+        }
+        FileHandleOutput.standardError("lifecycle bench: measuring preemption on the signal thread")
+        let (preemptionOnSignalThread, overlapsOnSignalThread) = try await withTimeout("the preemptions on the signal thread") {
+            try await measurePreemption(container: container, path: path, server: server, rounds: handovers, onSignalThread: true)
         }
 
         let results = [
@@ -47,12 +51,14 @@ enum LifecycleBench: BenchSuite {
             BenchResult(name: "drop_to_connected_p99_us", value: percentile(supervised, 99), unit: "us", floorName: "raw_drop_to_reconnect_p99_us", floor: percentile(rawReconnect, 99)),
             BenchResult(name: "preemption_to_connected_p50_us", value: percentile(preemption, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
             BenchResult(name: "preemption_to_connected_p99_us", value: percentile(preemption, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+            BenchResult(name: "preemption_to_connected_signal_thread_p50_us", value: percentile(preemptionOnSignalThread, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
         ]
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process",
-            "permit": "preemption uses roles (RolePermit: main preempts executor)",
+            "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor), connect() included",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
-            "server_observed_overlaps": "\(overlaps) of \(handovers + handovers / 10) hand-overs: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (the FIN waits in a deferred softirq while the other core's SYN goes through; seen only under load)",
+            "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])
     }
 
@@ -209,9 +215,13 @@ enum LifecycleBench: BenchSuite {
     }
 
     /// - Returns: The samples, and how many hand-overs the server saw overlap.
-    private static func measurePreemption(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws -> ([Double], Int) {
+    /// - Parameter onSignalThread: Both supervisors run on their process's signal thread
+    ///   (`withTaskExecutorPreference(container.signals.executor)`, the low-latency setup the
+    ///   README gives for roles), instead of Swift's global executor.
+    private static func measurePreemption(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int, onSignalThread: Bool) async throws -> ([Double], Int) {
         server.dropAll()
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["supervise", "\(server.port)"])
+        let worker = try WorkerProcess(suite: name, container: path, arguments: ["supervise", "\(server.port)"] + (onSignalThread ? ["signal-thread"] : []))
+        let executor: (any TaskExecutor)? = onSignalThread ? try container.signals.executor : nil
         try worker.waitReady()
         let port = server.port
         var samples: [Double] = []
@@ -224,18 +234,22 @@ enum LifecycleBench: BenchSuite {
             ) { try LoopbackClient(port: port, hello: .init(name: "app")) }
             var states = supervisor.states().makeAsyncIterator()
             let start = monotonicNanoseconds()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await supervisor.run() }
-                while let state = await states.next(), !state.isConnected {}
-                let end = monotonicNanoseconds()
-                if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
-                group.cancelAll()
-                try await group.waitForAll()
+            try await withTaskExecutorPreference(executor) {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await supervisor.run() }
+                    while let state = await states.next(), !state.isConnected {}
+                    let end = monotonicNanoseconds()
+                    if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
+                    group.cancelAll()
+                    try await group.waitForAll()
+                }
             }
         }
-        // The server's order of events is when its poll thread saw them: under load a FIN can
-        // reach it after the next holder's SYN (each core's loopback packets wait in that
-        // core's softirq backlog), so an overlap seen there is counted and reported, not taken
+        worker.kill()
+        _ = worker.wait() // gone before another measurement starts its own holder
+        // The server's order of events is when its poll thread saw them: a FIN can reach it
+        // after the next holder's SYN (each core's loopback packets go through that core's own
+        // backlog), so an overlap seen there is counted and reported, not taken
         // for two holders at once unless it happens in more than a tenth of the rounds. (The
         // hand-over order is asserted strictly, with real processes, by LifecycleTests'
         // handOverScenario, which has no competing load.)
@@ -287,11 +301,14 @@ enum LifecycleBench: BenchSuite {
                 configuration: .init(keepAliveInterval: nil)
             ) { try LoopbackClient(port: port, hello: .init(name: "executor")) }
             var states = supervisor.states().makeAsyncIterator()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await supervisor.run() }
-                while let state = await states.next(), !state.isConnected {}
-                emit("ready")
-                try await group.next()
+            let executor: (any TaskExecutor)? = arguments.dropFirst(2).first == "signal-thread" ? try container.signals.executor : nil
+            try await withTaskExecutorPreference(executor) {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await supervisor.run() }
+                    while let state = await states.next(), !state.isConnected {}
+                    emit("ready")
+                    try await group.next()
+                }
             }
         case "raw-holder":
             let port = UInt16(arguments[1])!
