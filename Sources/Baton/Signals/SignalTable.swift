@@ -151,7 +151,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // A touch in `body` that faulted past the end of a file cut short under it (the
             // mapping guard put zeros back, so only this process knows): rebuilt now, before
             // the lock is let go, so that no process goes on with a table of zeros.
-            if state.map.hasUncheckedRepair { try? followRetirement(&state) }
+            if state.map.hasUncheckedRepair { _ = try? followRetirement(&state) }
             return result
         }
     }
@@ -668,7 +668,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64)]) in
             var deliveries: [(SignalObserver, UInt64)] = []
             while true {
-                try? followRetirement(&state) // a truncated table is extended before it is read
+                _ = try? followRetirement(&state) // a truncated table is extended before it is read
                 let idle = state.observers.isEmpty
                 let overflow = !idle && state.entry == nil
                 if overflow != state.countedAsWaiter {
@@ -739,7 +739,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     private func scan() {
         let deliveries = withState { state -> [(SignalObserver, UInt64)] in
-            try? followRetirement(&state) // a truncated table is extended before it is read
+            _ = try? followRetirement(&state) // a truncated table is extended before it is read
             return collectDeliveries(&state)
         }
         for (observer, value) in deliveries { observer.deliver(state: value) }

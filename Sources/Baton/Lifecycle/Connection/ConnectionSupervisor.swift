@@ -324,43 +324,47 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
         }
     }
 
-    private enum Outcome: Sendable {
-        case connected(Connection)
-        case failed(any Error & Sendable)
-        case timedOut
+    /// Set by the deadline timer when an attempt ran out of time (before it cancels it).
+    private final class AttemptTimeout: Sendable {
+        let fired = Atomic<Bool>(false)
     }
 
     /// One attempt, bounded by the connect timeout. `nil` when it failed or was cancelled.
+    ///
+    /// The attempt runs in one task; the process's deadline timer cancels it at the timeout.
+    /// (A second, sleeping task raced against it in a task group cost two more thread wake-ups
+    /// per connect: the sleeper's start, and its cancellation that the group waits for.)
     private func connectOnce() async -> Connection? {
         let timeout = configuration.connectTimeout
         let connect = connectBody
-        return await withTaskGroup(of: Outcome.self) { group in
-            group.addTask {
-                do { return .connected(try await connect()) } catch { return .failed(error) }
-            }
-            group.addTask {
-                do { try await Task.sleep(for: timeout) } catch { return .failed(CancellationError()) }
-                return .timedOut
-            }
-            let first = await group.next() ?? .failed(CancellationError())
-            group.cancelAll()
-            while let other = await group.next() {
-                // A connection that completed after the race was decided is not used.
-                if case .connected(let stray) = other { await stray.close() }
-            }
-            switch first {
-            case .connected(let connection):
-                return connection
-            case .failed(let error):
-                if !(error is CancellationError) { state.withLock { $0.lastError = error } }
-                return nil
-            case .timedOut:
-                state.withLock {
-                    $0.lastError = BatonError(.timedOut, "connect() did not finish within \(timeout); check the server address, or raise Configuration.connectTimeout")
-                }
-                return nil
+        let attempt = Task { try await connect() }
+        let expiry = AttemptTimeout()
+        let timer = DeadlineTimer.shared.schedule(at: .now.advanced(by: timeout)) {
+            expiry.fired.store(true, ordering: .releasing)
+            attempt.cancel()
+        }
+        let result = await withTaskCancellationHandler {
+            await attempt.result
+        } onCancel: {
+            attempt.cancel()
+        }
+        DeadlineTimer.shared.cancel(timer)
+        let timedOut = expiry.fired.load(ordering: .acquiring)
+        switch result {
+        case .success(let connection) where !timedOut:
+            return connection
+        case .success(let connection):
+            // Completed after the timeout cancelled it: not used.
+            await connection.close()
+        case .failure(let error):
+            if !timedOut && !(error is CancellationError) { state.withLock { $0.lastError = error } }
+        }
+        if timedOut {
+            state.withLock {
+                $0.lastError = BatonError(.timedOut, "connect() did not finish within \(timeout); check the server address, or raise Configuration.connectTimeout")
             }
         }
+        return nil
     }
 
     /// Watches a live connection until it closes, a ping fails, or the task is cancelled;
