@@ -171,8 +171,12 @@ struct SharedDatabaseTests {
                 }
             }
         }
+        // 6,000 commits of 2 kB rows: without restarts the WAL holds them all (76 MB when the
+        // restarts are turned off). The bound leaves room for restarts that a loaded machine
+        // delays (each is best effort, retried 32 commits later): one run of 3,000 commits
+        // with two test processes and a CPU hog on 2 cores ended at 3.6 MB.
         let payload = String(repeating: "x", count: 2_000)
-        for seq in 0..<3_000 {
+        for seq in 0..<6_000 {
             try await database.write { db in
                 try db.execute(sql: "INSERT INTO item(writer, seq, text) VALUES (1, ?, ?)", arguments: [seq, payload])
             }
@@ -180,7 +184,7 @@ struct SharedDatabaseTests {
         stop.value.store(true, ordering: .relaxed)
         for reader in readers { try await reader.value }
         let wal = try walSize(path)
-        #expect(wal <= 3 << 20, "WAL is \(wal) bytes after 6 MB of commits")
+        #expect(wal <= 5 << 20, "WAL is \(wal) bytes after 6,000 commits")
     }
 
     @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
