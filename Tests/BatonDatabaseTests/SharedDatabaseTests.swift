@@ -171,12 +171,13 @@ struct SharedDatabaseTests {
                 }
             }
         }
-        // 6,000 commits of 2 kB rows: without restarts the WAL holds them all (76 MB when the
-        // restarts are turned off). The bound leaves room for restarts that a loaded machine
-        // delays (each is best effort, retried 32 commits later): one run of 3,000 commits
-        // with two test processes and a CPU hog on 2 cores ended at 3.6 MB.
+        // 3,000 commits of 2 kB rows: without restarts the WAL holds them all (38 MB; 76 MB for
+        // 6,000 when the restarts are turned off). Each restart is best effort (it waits 50 ms
+        // for readers of old snapshots, and is retried 32 commits later), so a loaded machine
+        // delays them: runs with two test processes and a CPU hog on 2 cores ended at 3.6 and
+        // 4.7 MB. The bound is a quarter of the unbounded size.
         let payload = String(repeating: "x", count: 2_000)
-        for seq in 0..<6_000 {
+        for seq in 0..<3_000 {
             try await database.write { db in
                 try db.execute(sql: "INSERT INTO item(writer, seq, text) VALUES (1, ?, ?)", arguments: [seq, payload])
             }
@@ -184,7 +185,7 @@ struct SharedDatabaseTests {
         stop.value.store(true, ordering: .relaxed)
         for reader in readers { try await reader.value }
         let wal = try walSize(path)
-        #expect(wal <= 5 << 20, "WAL is \(wal) bytes after 6,000 commits")
+        #expect(wal <= 10 << 20, "WAL is \(wal) bytes after 3,000 commits")
     }
 
     @Test("kill -9 during a transaction leaves no partial rows, and the writer queue goes on")
