@@ -56,7 +56,7 @@ enum LifecycleBench: BenchSuite {
         ]
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process",
-            "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor), connect() included",
+            "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: the supervisor makes each attempt an unstructured task)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])
@@ -217,7 +217,8 @@ enum LifecycleBench: BenchSuite {
     /// - Returns: The samples, and how many hand-overs the server saw overlap.
     /// - Parameter onSignalThread: Both supervisors run on their process's signal thread
     ///   (`withTaskExecutorPreference(container.signals.executor)`, the low-latency setup the
-    ///   README gives for roles), instead of Swift's global executor.
+    ///   README gives for roles), instead of Swift's global executor; their connect attempts
+    ///   still run on the global executor.
     private static func measurePreemption(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int, onSignalThread: Bool) async throws -> ([Double], Int) {
         server.dropAll()
         let worker = try WorkerProcess(suite: name, container: path, arguments: ["supervise", "\(server.port)"] + (onSignalThread ? ["signal-thread"] : []))

@@ -333,7 +333,10 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
     ///
     /// The attempt runs in one task; the process's deadline timer cancels it at the timeout.
     /// (A second, sleeping task raced against it in a task group cost two more thread wake-ups
-    /// per connect: the sleeper's start, and its cancellation that the group waits for.)
+    /// per connect: the sleeper's start, and its cancellation that the group waits for.) The
+    /// attempt is an unstructured task, so it runs on the global executor even when the
+    /// supervisor runs under a task executor preference: `connect` never occupies the signal
+    /// thread.
     private func connectOnce() async -> Connection? {
         let timeout = configuration.connectTimeout
         let connect = connectBody
