@@ -84,6 +84,7 @@ struct DemoCommand: AsyncParsableCommand {
         [
             ("sent / stored / shown", "\(report.sent) / \(report.stored) / \(report.shown)"),
             ("lost", "\(report.lost.count)"),
+            ("claimed by a process killed before it reported", "\(report.claimedByKilledProcess.count) (iOS shows these with the push's original content)"),
             ("shown twice", "\(report.shownTwice.count)"),
             ("overlapping connections", "\(report.overlappingConnections)"),
             ("0xDEAD10CC rule", report.rule.rawValue),
@@ -108,6 +109,8 @@ struct DemoCommand: AsyncParsableCommand {
             "shown": .int(report.shown),
             "lost": .int(report.lost.count),
             "lost_ids": .array(report.lost.map(JSONValue.string)),
+            "claimed_by_killed_process": .int(report.claimedByKilledProcess.count),
+            "claimed_by_killed_process_ids": .array(report.claimedByKilledProcess.map(JSONValue.string)),
             "shown_twice": .int(report.shownTwice.count),
             "overlapping_connections": .int(report.overlappingConnections),
             "dead10cc_rule": .string(report.rule.rawValue),

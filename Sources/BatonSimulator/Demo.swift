@@ -139,9 +139,11 @@ public struct Demo: Sendable {
             group.cancelAll()
         }
         var report = DemoReport()
-        report.tally(timeline.events)
-        // What is really in the store (a process killed right after storing never reported it).
-        let stored = Set(try await Inbox.open(container: SharedContainer(path: options.container)).messages().map(\.id))
+        // What is really in the store (a process killed right after storing never reported it;
+        // one killed right after claiming a message for display never said it showed it).
+        let inStore = try await Inbox.open(container: SharedContainer(path: options.container)).messages()
+        report.tally(timeline.events, claims: Self.claimants(inStore))
+        let stored = Set(inStore.map(\.id))
         let sentIDs = Set(timeline.events.filter { $0.kind == .sent }.compactMap(\.message))
         report.stored = stored.intersection(sentIDs).count
         report.overlappingConnections = server.overlappingConnections
@@ -176,5 +178,19 @@ final class PushRelay: Sendable {
 extension String {
     func leftPadded(to width: Int) -> String {
         count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}
+
+extension Demo {
+    /// The pid of each message's claimant for display, from the simulated processes' claimant
+    /// names (`extension pid N`, `app pid N`).
+    static func claimants(_ messages: [InboxMessage]) -> [String: Int32] {
+        var claims: [String: Int32] = [:]
+        for message in messages {
+            let words = (message.shownBy ?? "").split(separator: " ")
+            guard words.count >= 2, words[words.count - 2] == "pid", let pid = Int32(words[words.count - 1]) else { continue }
+            claims[message.id] = pid
+        }
+        return claims
     }
 }

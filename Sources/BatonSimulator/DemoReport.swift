@@ -4,6 +4,11 @@ public struct DemoReport: Sendable {
     public var stored = 0
     public var shown = 0
     public var lost: [String] = []
+    /// Messages claimed for display in the store by a process that was killed before it said it
+    /// showed them (the claim committed, the process died before its `shown` event). iOS shows
+    /// such a push with its original content when its extension dies, so they are not lost;
+    /// counted apart from ``shown``.
+    public var claimedByKilledProcess: [String] = []
     public var shownTwice: [String] = []
     public var overlappingConnections = 0
     public var deadLockKills = 0
@@ -52,8 +57,9 @@ public struct DemoReport: Sendable {
         return failures
     }
 
-    /// Computes the message figures from the events.
-    mutating func tally(_ events: [SimulatorEvent]) {
+    /// Computes the message figures from the events and, when given, the store's claims:
+    /// `claims` maps each message claimed for display to the pid of its claimant.
+    package mutating func tally(_ events: [SimulatorEvent], claims: [String: Int32] = [:]) {
         var sentAt: [String: UInt64] = [:]
         var storedIDs = Set<String>()
         var shownCount: [String: Int] = [:]
@@ -92,7 +98,10 @@ public struct DemoReport: Sendable {
         sent = sentAt.count
         stored = storedIDs.intersection(sentAt.keys).count
         shown = Set(shownCount.keys).intersection(sentAt.keys).count
-        lost = sentAt.keys.filter { shownCount[$0] == nil }.sorted()
+        let killed = Set(events.filter { $0.kind == .killed }.map(\.pid))
+        let unreported = sentAt.keys.filter { shownCount[$0] == nil }
+        claimedByKilledProcess = unreported.filter { claims[$0].map(killed.contains) == true }.sorted()
+        lost = unreported.filter { claims[$0].map(killed.contains) != true }.sorted()
         shownTwice = shownCount.filter { $0.value > 1 }.map(\.key).sorted()
         let latencies = firstShown.compactMap { id, shown -> Double? in
             guard let sent = sentAt[id], shown >= sent else { return nil }

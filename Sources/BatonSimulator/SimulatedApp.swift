@@ -124,7 +124,7 @@ public struct SimulatedApp: Sendable {
 
     private static func show(_ id: String, inbox: Inbox) async {
         do {
-            if try await inbox.claimForDisplay(id: id, by: "app") {
+            if try await inbox.claimForDisplay(id: id, by: "app pid \(getpid())") {
                 ChildChannel.emit(.shown, message: id, detail: "app")
             }
         } catch {
