@@ -7,7 +7,9 @@ import CBatonShims
 /// mapping.
 package final class MappedFile: @unchecked Sendable {
     // @unchecked: `pointer` and `size` are written only by `remap`, which callers serialise
-    // (each owner does it under its own Mutex); readers go through the owner's lock.
+    // (each owner does it under its own Mutex); readers go through the owner's lock. The same
+    // holds for the repair bookkeeping (`repairsChecked`, `repairCarried`), written by `remap`
+    // and `cutShortSinceLastCheck()` under the owner's lock.
     package private(set) var pointer: UnsafeMutableRawPointer
     package private(set) var size: Int
     /// The mapped file, open for as long as the mapping lives.
