@@ -153,6 +153,20 @@ func selectTimedOut() -> BatonError {
     BatonError(.timedOut, "no case of the select became possible before the deadline")
 }
 
+/// Starts a pass of a select (or of a rendezvous send or receive): from the second pass on, or
+/// from the first unless `armingLooks`, stops at cancellation or at the deadline (a select that
+/// arms to look arms once even past the deadline, so a counterpart already there is met).
+/// Returns how long the pass may sleep: with `slow` (a file channel's receive, or rendezvous
+/// case), it also looks again every 250 ms, for counterparts and takers that died.
+func startPass(_ first: inout Bool, armingLooks: Bool, slow: Bool, deadline: Deadline) throws -> Deadline {
+    if !armingLooks || !first {
+        try Task.checkCancellation()
+        if deadline.hasPassed { throw selectTimedOut() }
+    }
+    first = false
+    return slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+}
+
 /// After a pass of a select (or of a rendezvous send or receive) that completed no case:
 /// returns to go round again (nothing failed, or only the pass's time slice ended); throws
 /// `failure`, or `timedOut` once the deadline has passed.
@@ -203,13 +217,7 @@ public func select<Outcome>(
                 if case .fired(let fire) = try cases[(start + step) % cases.count].attempt(nil) { return try await fire() }
             }
         }
-        // (A select that arms to look arms once even past the deadline: a ready case fires.)
-        if !armingLooks || !first {
-            try Task.checkCancellation()
-            if deadline.hasPassed { throw selectTimedOut() }
-        }
-        first = false
-        let slice = slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+        let slice = try startPass(&first, armingLooks: armingLooks, slow: slow, deadline: deadline)
         func waits() -> [@Sendable () async throws -> Void] {
             zip(doorbells, seen).map { doorbell, seen in
                 { try await doorbell.wait(after: seen, deadline: slice, spinning: false) }

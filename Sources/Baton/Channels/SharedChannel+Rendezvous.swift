@@ -38,20 +38,6 @@ extension SharedChannel {
         }
     }
 
-    /// Starts a pass of a rendezvous wait. From the second pass on it stops at cancellation or
-    /// at the deadline (the first pass arms even past the deadline, so a counterpart already
-    /// there is met, as a select whose cases are all rendezvous does). Returns how long the pass
-    /// may sleep: a file channel's waits also look again every 250 ms, for counterparts (and
-    /// takers) that died.
-    private func startPass(_ first: inout Bool, deadline: Deadline) throws -> Deadline {
-        if !first {
-            try Task.checkCancellation()
-            if deadline.hasPassed { throw selectTimedOut() }
-        }
-        first = false
-        return log.storage.isFile ? deadline.earliest(.after(.milliseconds(250))) : deadline
-    }
-
     /// After arming, unless the case `settled` (it fired, or its waiter was claimed): looks at
     /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
     /// waiter still waits. Every way the case completes now claims the waiter first and rings
@@ -69,7 +55,7 @@ extension SharedChannel {
         let table = log.waiters
         var first = true
         while true {
-            let slice = try startPass(&first, deadline: deadline)
+            let slice = try startPass(&first, armingLooks: true, slow: log.storage.isFile, deadline: deadline)
             let waiter = try table.begin()
             var fired: Element??
             var armed = false
@@ -115,7 +101,7 @@ extension SharedChannel {
         let table = log.waiters
         var first = true
         while true {
-            let slice = try startPass(&first, deadline: deadline)
+            let slice = try startPass(&first, armingLooks: true, slow: log.storage.isFile, deadline: deadline)
             let waiter = try table.begin()
             var fired = false
             var offer: UInt64? // the send id of the element offered under `waiter`
