@@ -254,9 +254,7 @@ enum LifecycleBench: BenchSuite {
         // for two holders at once unless it happens in more than a tenth of the rounds. (The
         // hand-over order is asserted strictly, with real processes, by LifecycleTests'
         // handOverScenario, which has no competing load.)
-        let handovers = server.records.filter { $0.name == "app" || $0.name == "executor" }
-        let sorted = handovers.sorted { $0.openedOrder < $1.openedOrder }
-        let overlaps = zip(sorted, sorted.dropFirst()).filter { ($0.0.closedOrder ?? .max) > $0.1.openedOrder }
+        let overlaps = LoopbackServer.overlaps(server.records.filter { $0.name == "app" || $0.name == "executor" })
         if overlaps.count > max(1, rounds / 10) {
             throw BatonError(.corrupt, "two connections were open at once in \(overlaps.count) of \(rounds + rounds / 10) hand-overs, as the server saw them: \(overlaps.prefix(3))")
         }

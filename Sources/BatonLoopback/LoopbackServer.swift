@@ -422,10 +422,16 @@ public final class LoopbackServer: Sendable {
     /// Whether no two connections were ever open at the same time, in the server's own order
     /// of events (a close and an accept seen in one batch are ordered close first).
     package static func neverOverlapped(_ records: [Record]) -> Bool {
+        overlaps(records).isEmpty
+    }
+
+    /// Each connection that opened while the one opened before it was still open, with that
+    /// one, in the server's own order of events.
+    package static func overlaps(_ records: [Record]) -> [(earlier: Record, later: Record)] {
         let sorted = records.sorted { $0.openedOrder < $1.openedOrder }
-        for (previous, next) in zip(sorted, sorted.dropFirst()) {
-            guard let closed = previous.closedOrder, closed < next.openedOrder else { return false }
-        }
-        return true
+        return zip(sorted, sorted.dropFirst()).filter { previous, next in
+            guard let closed = previous.closedOrder else { return true }
+            return closed >= next.openedOrder
+        }.map { (earlier: $0, later: $1) }
     }
 }
