@@ -182,8 +182,15 @@ extension String {
 }
 
 extension Demo {
-    /// The pid of each message's claimant for display, from the simulated processes' claimant
-    /// names (`extension pid N`, `app pid N`).
+    /// The name a simulated process claims messages for display under: its role and its pid
+    /// (`extension pid N`, `app pid N`), so the demo can tell from the store which process
+    /// holds a claim.
+    static func claimant(_ role: String) -> String {
+        "\(role) pid \(getpid())"
+    }
+
+    /// The pid of each message's claimant for display, read back from the names that
+    /// ``claimant(_:)`` makes.
     static func claimants(_ messages: [InboxMessage]) -> [String: Int32] {
         var claims: [String: Int32] = [:]
         for message in messages {

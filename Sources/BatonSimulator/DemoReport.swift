@@ -100,8 +100,9 @@ public struct DemoReport: Sendable {
         shown = Set(shownCount.keys).intersection(sentAt.keys).count
         let killed = Set(events.filter { $0.kind == .killed }.map(\.pid))
         let unreported = sentAt.keys.filter { shownCount[$0] == nil }
-        claimedByKilledProcess = unreported.filter { claims[$0].map(killed.contains) == true }.sorted()
-        lost = unreported.filter { claims[$0].map(killed.contains) != true }.sorted()
+        let byKilled = Set(unreported.filter { claims[$0].map(killed.contains) == true })
+        claimedByKilledProcess = byKilled.sorted()
+        lost = unreported.filter { !byKilled.contains($0) }.sorted()
         shownTwice = shownCount.filter { $0.value > 1 }.map(\.key).sorted()
         let latencies = firstShown.compactMap { id, shown -> Double? in
             guard let sent = sentAt[id], shown >= sent else { return nil }

@@ -124,7 +124,7 @@ public struct SimulatedApp: Sendable {
 
     private static func show(_ id: String, inbox: Inbox) async {
         do {
-            if try await inbox.claimForDisplay(id: id, by: "app pid \(getpid())") {
+            if try await inbox.claimForDisplay(id: id, by: Demo.claimant("app")) {
                 ChildChannel.emit(.shown, message: id, detail: "app")
             }
         } catch {

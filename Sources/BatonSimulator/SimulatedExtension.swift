@@ -75,7 +75,7 @@ public struct SimulatedExtension: Sendable {
         do {
             switch try await inbox.message(id: id, deadline: .after(budget), source: source) {
             case .message(_, let route):
-                if try await inbox.claimForDisplay(id: id, by: "extension pid \(getpid())") {
+                if try await inbox.claimForDisplay(id: id, by: Demo.claimant("extension")) {
                     ChildChannel.emit(.shown, message: id, detail: "extension (\(route))")
                 } else {
                     ChildChannel.emit(.alreadyShown, message: id)
@@ -84,7 +84,7 @@ public struct SimulatedExtension: Sendable {
                     defer { stored = [] }
                     return stored.subtracting([id])
                 }
-                for other in others.sorted() where try await inbox.claimForDisplay(id: other, by: "extension pid \(getpid())") {
+                for other in others.sorted() where try await inbox.claimForDisplay(id: other, by: Demo.claimant("extension")) {
                     ChildChannel.emit(.shown, message: other, detail: "extension (grouped with \(id))")
                 }
             case .timedOut:

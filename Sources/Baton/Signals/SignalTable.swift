@@ -518,7 +518,10 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// - Returns: Whether this process moved to another table.
     @discardableResult
     private func followRetirement(_ state: inout State) throws -> Bool {
-        let retired = state.map.isGuarded ? Self.isRetired(state.map) : false
+        // A guarded mapping's header is read before the cut check, so that a cut through the
+        // header is repaired and counted in time for it; an unguarded one is read only after
+        // the check, which is what keeps that read from faulting.
+        let retiredBeforeCheck = state.map.isGuarded ? Self.isRetired(state.map) : nil
         if state.map.cutShortSinceLastCheck() {
             // Extended again first (zeros; the guard did it already if it repaired), so that no
             // process that still maps it faults, then rebuilt: the old table is retired and
@@ -528,7 +531,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             try rebuild(&state, reason: "the signal table was truncated")
             return true
         }
-        guard state.map.isGuarded ? retired : Self.isRetired(state.map) else { return false }
+        guard retiredBeforeCheck ?? Self.isRetired(state.map) else { return false }
         try moveToTable(&state, try Self.openValidTable(files, replacing: state.map))
         return true
     }
