@@ -39,6 +39,30 @@ struct SignalTests {
         #expect(try signals.state(of: "early") == 50)
     }
 
+    @Test("a delivery counts the posts it stands for: this process's own later post does not hide another process's")
+    func deliveriesCountTheirPosts() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let signals = try container.signals
+        let observation = try signals.observe("counted")
+        let observer = observation.observer
+        // Another process posts; the delivery is left untaken, as when the observing task has
+        // not run yet.
+        let seen = observer.arrivalCounter.snapshot()
+        #expect(try await runBaton(["signal", "post", "counted", "--state", "5"], container: directory.path).status == 0)
+        try await observer.arrivalCounter.wait(after: seen, deadline: .after(.seconds(10)))
+        // Then this process posts (delivered inline): the one delivery carries its state, and
+        // stands for both posts.
+        try signals.post("counted", state: 9)
+        let both = try #require(try observer.takeCounted())
+        #expect(both.delivery.state == 9 && both.posts == 2)
+        // Its own post alone stands for one.
+        try signals.post("counted", state: 10)
+        let alone = try #require(try observer.takeCounted())
+        #expect(alone.delivery.state == 10 && alone.posts == 1)
+        #expect(try observer.takeCounted() == nil)
+    }
+
     @Test("a post from another process wakes an in-process observer")
     func crossProcessPost() async throws {
         let directory = try TemporaryContainer()

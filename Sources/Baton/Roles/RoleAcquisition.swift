@@ -24,7 +24,7 @@ extension RoleCore {
         case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
     }
 
-    private enum Wake: Sendable { case signal(SignalDelivery), files, timeout }
+    private enum Wake: Sendable { case signal(SignalDelivery, posts: UInt64), files, timeout }
 
     /// Acquires the role for this process (the caller holds the process's turn).
     /// - Returns: The epoch granted; this process's holder file is locked.
@@ -71,8 +71,10 @@ extension RoleCore {
             try checkActive("acquire role \(name)")
             try Task.checkCancellation()
             let decision: Decision
+            var wroteStop = false
             do {
-                decision = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, postedStop: &postedStop)
+                decision = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, wroteStop: &wroteStop)
+                if wroteStop { postedStop = true }
             } catch {
                 // A grant whose record could not be written is no grant.
                 if state.withLock({ $0.grant == nil }) { holderLock.unlock() }
@@ -86,7 +88,9 @@ extension RoleCore {
                 if let previous { directory.removeIfDead(previous) }
                 return epoch
             case .wait(let until, let blocker, let entitled, let byHolder):
-                if postedStop { ring() }
+                // Rung when this pass wrote a stop request, not on every pass after: a ring
+                // wakes the holder to read the record again.
+                if wroteStop { ring() }
                 if deadline.hasPassed {
                     if entitled {
                         throw BatonError(.timedOut, "timed out acquiring role \(name): \(blocker) was asked to stop but did not release before the deadline; wait longer or lower the grace period")
@@ -128,13 +132,13 @@ extension RoleCore {
 
     /// One pass; waits (suspended) for the arbiter lock until `deadline` at most.
     private func transitionOnce(
-        priority: RolePriority, kind: String, options: RoleOptions, deadline: Deadline, postedStop: inout Bool
+        priority: RolePriority, kind: String, options: RoleOptions, deadline: Deadline, wroteStop: inout Bool
     ) async throws -> Decision {
         try await directory.transition(waitingUntil: deadline) { transaction -> Decision in
             if state.withLock({ $0.suspended }) {
                 throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
             }
-            let decision = try decide(&transaction, priority: priority, kind: kind, options: options, postedStop: &postedStop)
+            let decision = try decide(&transaction, priority: priority, kind: kind, options: options, wroteStop: &wroteStop)
             if case .wait = decision {
                 if !waiterLock.isLocked {
                     _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
@@ -157,7 +161,7 @@ extension RoleCore {
         priority: RolePriority,
         kind: String,
         options: RoleOptions,
-        postedStop: inout Bool
+        wroteStop: inout Bool
     ) throws -> Decision {
         let now = baton_monotonic_ns()
         let myWaiterID = waiterLock.id
@@ -187,7 +191,7 @@ extension RoleCore {
                     graceNanoseconds: UInt64(max(options.gracePeriod.nanoseconds, 0)),
                     maximumCriticalNanoseconds: UInt64(max(options.maximumCriticalWait.nanoseconds, 0)))
                 if holder.state == .running { transaction.record.holder?.state = .stopping }
-                postedStop = true
+                wroteStop = true
             }
             let overtakeAt = transaction.record.stop!.overtakeAt(holderState: transaction.record.holder!.state)
             if now < overtakeAt {
@@ -217,8 +221,12 @@ extension RoleCore {
         return .granted(epoch: epoch, previous: holder.flatMap { $0.lockID != holderLock.id ? $0 : nil })
     }
 
+    /// Whether the wake is this process's own ring alone: a delivery that stands for one post,
+    /// whose state is this process's last ring. (A delivery of several posts whose state is
+    /// this process's ring also holds another process's post, made just before: a release,
+    /// say, which must not be slept through.)
     private func isOwnRing(_ wake: Wake) -> Bool {
-        if case .signal(let delivery) = wake { return isOwnRing(delivery) }
+        if case .signal(let delivery, let posts) = wake { return posts == 1 && isOwnRing(delivery) }
         return false
     }
 
@@ -233,7 +241,7 @@ extension RoleCore {
         let observer = observation.observer
         while true {
             let signalSeen = observer.arrivalCounter.snapshot()
-            if let delivery = try observer.take() { return .signal(delivery) }
+            if let (delivery, posts) = try observer.takeCounted() { return .signal(delivery, posts: posts) }
             do {
                 let index = try await EventCounter.waitAny(
                     [(observer.arrivalCounter, signalSeen), (files.events, filesSeen)], deadline: deadline)

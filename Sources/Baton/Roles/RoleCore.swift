@@ -95,7 +95,8 @@ final class RoleCore: Sendable {
         try? container.signals.post(signalName, state: value)
     }
 
-    /// Whether a delivery carries this process's last ring and nothing rang since.
+    /// Whether a delivery carries this process's last ring as its state (the caller also
+    /// checks that it stands for one post: see ``SignalObserver/takeCounted()``).
     func isOwnRing(_ delivery: SignalDelivery) -> Bool {
         lastRing.withLock { $0 != 0 && $0 == delivery.state }
     }

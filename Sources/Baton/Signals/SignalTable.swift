@@ -345,7 +345,8 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             observed.slot = slot
             observed.lastSeen = baton_load64(slotCounter(state.map, slot))
             state.observers[id] = observed
-            observer.deliver(state: baton_load64(slotState(state.map, slot)))
+            // Posts made meanwhile cannot be counted across tables: "more than one".
+            observer.deliver(state: baton_load64(slotState(state.map, slot)), posts: 2)
         }
     }
 
@@ -668,8 +669,8 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     func prepareToSleep() -> KernelWaitWatch? {
         _ = runJobs(on: jobExecutor)
         typealias Plan = (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32)
-        let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64)]) in
-            var deliveries: [(SignalObserver, UInt64)] = []
+        let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64, UInt64)]) in
+            var deliveries: [(SignalObserver, UInt64, UInt64)] = []
             while true {
                 _ = try? followRetirement(&state) // a truncated table is extended before it is read
                 let idle = state.observers.isEmpty
@@ -697,7 +698,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // thread, which would cost a second round.
             let outer = baton_thread_context()
             baton_set_thread_context(deliveringMarker)
-            for (observer, value) in deliveries { observer.deliver(state: value) }
+            for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
             baton_set_thread_context(outer)
         }
         _ = runJobs(on: jobExecutor)
@@ -741,11 +742,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private var jobExecutor: UnownedTaskExecutor { threadExecutor.asUnownedTaskExecutor() }
 
     private func scan() {
-        let deliveries = withState { state -> [(SignalObserver, UInt64)] in
+        let deliveries = withState { state -> [(SignalObserver, UInt64, UInt64)] in
             _ = try? followRetirement(&state) // a truncated table is extended before it is read
             return collectDeliveries(&state)
         }
-        for (observer, value) in deliveries { observer.deliver(state: value) }
+        for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
     }
 
     /// Compares every observed counter with what its observer last saw (under the lock); the
@@ -757,8 +758,10 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// from their weak references (the strong references go out with the deliveries, so none
     /// dies under the lock); an observer gone meanwhile is dropped here (its `deinit`
     /// unregisters it anyway, this only covers the moment in between).
-    private func collectDeliveries(_ state: inout State) -> [(SignalObserver, UInt64)] {
-        var deliveries: [(SignalObserver, UInt64)] = []
+    /// The observers whose slot's counter moved, with the slot's state (read after the
+    /// counter) and how far the counter moved.
+    private func collectDeliveries(_ state: inout State) -> [(SignalObserver, UInt64, UInt64)] {
+        var deliveries: [(SignalObserver, UInt64, UInt64)] = []
         var gone: [UInt64] = []
         var index = state.observers.values.startIndex
         while index != state.observers.values.endIndex {
@@ -766,8 +769,9 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             let counter = baton_load64(slotCounter(state.map, slot))
             if counter != state.observers.values[index].lastSeen {
                 if let observer = state.observers.values[index].observer {
+                    let posts = counter &- state.observers.values[index].lastSeen
                     state.observers.values[index].lastSeen = counter
-                    deliveries.append((observer, baton_load64(slotState(state.map, slot))))
+                    deliveries.append((observer, baton_load64(slotState(state.map, slot)), posts))
                 } else {
                     gone.append(state.observers.keys[index])
                 }

@@ -157,6 +157,8 @@ final class SignalObserver: Sendable {
     let name: String
     private struct State {
         var pending: SignalDelivery?
+        /// How many posts the pending delivery stands for (at least).
+        var pendingPosts: UInt64 = 0
         var finished = false
         var registration: (any SignalRegistration)?
     }
@@ -170,10 +172,16 @@ final class SignalObserver: Sendable {
     }
 
     /// Called by the backend (any thread): coalesces with a delivery not taken yet.
-    func deliver(state value: UInt64) {
+    /// - Parameters:
+    ///   - value: The signal's state, read after its counter.
+    ///   - posts: How many posts the counter moved by since the last delivery; 2 when the
+    ///     backend cannot tell (taken as "more than one").
+    func deliver(state value: UInt64, posts: UInt64) {
         let accepted = state.withLock { state -> Bool in
             guard !state.finished else { return false }
             state.pending = SignalDelivery(name: name, state: value)
+            let (sum, overflow) = state.pendingPosts.addingReportingOverflow(max(posts, 1))
+            state.pendingPosts = overflow ? .max : sum
             return true
         }
         if accepted { arrivals.notify() }
@@ -196,12 +204,23 @@ final class SignalObserver: Sendable {
     /// The delivery not taken yet, if any.
     /// - Throws: `CancellationError` once the observation was cancelled.
     func take() throws -> SignalDelivery? {
-        let taken = state.withLock { state -> (SignalDelivery?, Bool) in
-            defer { state.pending = nil }
-            return (state.pending, state.finished)
+        try takeCounted()?.delivery
+    }
+
+    /// The delivery not taken yet, with how many posts it stands for: a delivery whose state
+    /// is one this process posted is that post alone only when it stands for one post (the
+    /// state is the last poster's, so a post by another process just before is hidden in it).
+    /// - Throws: `CancellationError` once the observation was cancelled.
+    func takeCounted() throws -> (delivery: SignalDelivery, posts: UInt64)? {
+        let taken = state.withLock { state -> (SignalDelivery?, UInt64, Bool) in
+            defer {
+                state.pending = nil
+                state.pendingPosts = 0
+            }
+            return (state.pending, state.pendingPosts, state.finished)
         }
-        if let delivery = taken.0 { return delivery }
-        if taken.1 { throw CancellationError() }
+        if let delivery = taken.0 { return (delivery, taken.1) }
+        if taken.2 { throw CancellationError() }
         return nil
     }
 
