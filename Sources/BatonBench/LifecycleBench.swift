@@ -56,7 +56,7 @@ enum LifecycleBench: BenchSuite {
         ]
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process",
-            "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: the supervisor makes each attempt an unstructured task)",
+            "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])

@@ -121,6 +121,8 @@ package final class LoopbackClient: SupervisedConnection {
 
     package func close() async {
         disconnect()
+        // Closed by the disconnect (or before): no suspension, so no hand-off to another thread.
+        if isClosed { return }
         await closed()
     }
 

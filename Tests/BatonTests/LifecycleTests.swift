@@ -450,6 +450,43 @@ struct LifecycleTests {
         #expect(background.begunCount == 1 && background.endedCount == 1)
     }
 
+    /// A stop request that arrives while a connect attempt is in flight: the holder cancels the
+    /// attempt and releases the role only once the attempt has ended (a connect that completes
+    /// after the release would put two processes on the server at once). The attempt here takes
+    /// 300 ms to give up after its cancellation, and looks at the role's holder when it does.
+    @Test func aStopRequestDuringAConnectAttemptReleasesOnlyAfterTheAttemptEnded() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let role = try Role(container, name: "core")
+        let attempts = Locked(0)
+        let holderWhenTheAttemptEnded = Locked<Int32?>(nil)
+        let supervisor = ConnectionSupervisor<LoopbackClient>(
+            container: container, permit: RolePermit(role, priority: .executor, kind: "extension"),
+            configuration: .init(keepAliveInterval: nil)
+        ) {
+            attempts.withLock { $0 += 1 }
+            do {
+                try await Task.sleep(for: .seconds(600)) // a server that does not answer
+            } catch {
+                usleep(300_000) // tearing a handshake down, deaf to the cancellation
+                let holder = try role.status().holder?.pid
+                holderWhenTheAttemptEnded.withLock { $0 = holder }
+                throw error
+            }
+            throw TestFailure("unreachable")
+        }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connecting") { $0.last?.attempt == 0 && !$0.last!.isWaiting }
+            let app = try ChildProcess(["role", "acquire", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
+                                       container: directory.path)
+            defer { app.signal(SIGKILL) }
+            try await app.line(timeout: 20) { $0.contains("\"acquired\"") }
+            #expect(holderWhenTheAttemptEnded.withLock { $0 } == getpid(),
+                    "the role was released before the connect attempt ended")
+            #expect(attempts.withLock { $0 } == 1, "no attempt starts once the session ends")
+        }
+    }
+
     @Test func expiryCancelsTheWorkAndReleasesEveryLock() async throws {
         let directory = try TemporaryContainer()
         let container = try SharedContainer(path: directory.path)

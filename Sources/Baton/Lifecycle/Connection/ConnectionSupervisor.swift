@@ -63,6 +63,12 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
         var network: NetworkPath?
         var sessionActive = false
         var stopSession = false
+        /// A connect attempt has started and its connection is not yet in `connection`.
+        var attemptInFlight = false
+        /// The session is ending on a stop request: no attempt may start.
+        var ending = false
+        /// The session's grant was released already (by ``releaseOnStop(_:)``).
+        var grantReleased = false
         var lastError: (any Error & Sendable)?
         var connections = 0
     }
@@ -201,7 +207,7 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
                 continue
             }
             await session(grant)
-            await grant.release()
+            if !state.withLock({ $0.grantReleased }) { await grant.release() }
             state.withLock { state in
                 state.grant = nil
                 state.sessionActive = false
@@ -226,35 +232,64 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
             state.sessionActive = true
             state.stopSession = false
             state.attempt = 0
+            state.attemptInFlight = false
+            state.ending = false
+            state.grantReleased = false
         }
         // Registered after the grant (a role lease registers itself when acquired), so the
         // container suspends this first: the connection is closed before the role's locks go.
         let token = container?.suspension.register(SessionSuspension(self))
         defer { if let token, let container { container.suspension.unregister(token) } }
+        // One group, no nesting: the first child to return ends the session. A stop request's
+        // child releases the grant itself when it can (``releaseOnStop(_:)``), so the process
+        // that asked does not wait for the other children to wind down. The connect loop is
+        // added first: the pool starts children in order, and the first connect should not
+        // wait behind the watchers' first looks.
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.untilSessionMustEnd(grant) }
             group.addTask { await self.connectLoop() }
+            group.addTask { await self.untilStopRequested(grant) }
+            group.addTask { try? await self.untilSuspensionStop() }
             await group.next()
             group.cancelAll()
         }
     }
 
-    /// Returns when the grant asks to stop (after critical sections ended), when the container
-    /// suspends, or when cancelled.
-    private func untilSessionMustEnd(_ grant: any ConnectionGrant) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { _ = try? await grant.stopRequested() }
-            group.addTask { try? await self.untilSuspensionStop() }
-            await group.next()
-            group.cancelAll()
-        }
-        // A stop request waits for critical sections; a suspension does not (the system is
-        // taking the process's time away regardless).
+    /// Returns when the grant asks to stop (or ended) and critical sections are over, after
+    /// closing the connection and releasing the grant if no attempt is in flight; or when the
+    /// container suspends meanwhile (which does not wait for critical sections: the system is
+    /// taking the process's time away regardless); or when cancelled.
+    private func untilStopRequested(_ grant: any ConnectionGrant) async {
+        do { try await grant.stopRequested() } catch { return }
         while !Task.isCancelled {
             let seen = sessionEvents.snapshot()
-            let proceed = state.withLock { $0.criticalSections == 0 || $0.stopSession }
-            if proceed { return }
+            let (sectionsEnded, suspending) = state.withLock { ($0.criticalSections == 0, $0.stopSession) }
+            if suspending { return }
+            if sectionsEnded {
+                await releaseOnStop(grant)
+                return
+            }
             do { try await sessionEvents.wait(after: seen, deadline: .never) } catch { return }
+        }
+    }
+
+    /// On a stop request: closes the live connection and releases the grant here and now,
+    /// unless a connect attempt is in flight (the session's end then cancels it and waits for
+    /// it, and the grant is released after). No attempt starts after this looked: the session
+    /// is marked as ending in the same locked step. The requester's wait thus ends one close
+    /// and one release after the request was seen, not after every task of the session ended.
+    private func releaseOnStop(_ grant: any ConnectionGrant) async {
+        let taken = state.withLock { state -> Connection?? in
+            guard !state.attemptInFlight else { return nil }
+            state.ending = true
+            defer { state.connection = nil }
+            return .some(state.connection)
+        }
+        guard case .some(let connection) = taken else { return }
+        if let connection { await connection.close() }
+        await grant.release()
+        state.withLock { state in
+            state.grantReleased = true
+            state.grant = nil
         }
     }
 
@@ -280,25 +315,42 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
 
     private func connectLoop() async {
         while !Task.isCancelled {
-            let attempt = state.withLock { state -> Int in
+            let next = state.withLock { state -> Int? in
+                guard !state.ending else { return nil }
                 defer { state.attempt += 1 }
                 return state.attempt
             }
+            guard let attempt = next else { return }
             if attempt > 0 {
                 let until = ContinuousClock.now.advanced(by: configuration.backoff.delay(forAttempt: attempt))
                 publish(.waiting(until: until, attempt: attempt))
                 do { try await waitForRetry(until: until) } catch { return }
             }
-            publish(.connecting(attempt: attempt))
-            guard let connection = await connectOnce() else { continue }
-            if Task.isCancelled {
-                await connection.close()
-                return
+            // Marked in flight in the same locked step that checks the session is not ending,
+            // and stored (or dropped) in one step with clearing the mark: a stop request's early
+            // release never happens while an attempt may still connect.
+            let starts = state.withLock { state -> Bool in
+                guard !state.ending else { return false }
+                state.attemptInFlight = true
+                return true
             }
+            guard starts else { return }
+            publish(.connecting(attempt: attempt))
+            let connection = await connectOnce()
             let since = ContinuousClock.now
-            state.withLock { state in
+            let kept = state.withLock { state -> Bool in
+                state.attemptInFlight = false
+                guard let connection, !Task.isCancelled, !state.ending else { return false }
                 state.connection = connection
                 state.connections += 1
+                return true
+            }
+            guard kept, let connection else {
+                if let connection {
+                    await connection.close()
+                    return
+                }
+                continue
             }
             publish(.connected(since: since))
             await keepUp(connection)
@@ -327,25 +379,49 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
     /// Set by the deadline timer when an attempt ran out of time (before it cancels it).
     private final class AttemptTimeout: Sendable {
         let fired = Atomic<Bool>(false)
+        /// The attempt, once started (the timer is armed first).
+        let attempt = Mutex<Task<Connection, any Error>?>(nil)
+    }
+
+    /// Starts one connect attempt as an unstructured task.
+    ///
+    /// On the global executor it starts immediately (`Task.immediate`): `connect` runs on this
+    /// thread until it first suspends, and one that completes without suspending (a blocking
+    /// `connect(2)`, as most are on loopback or a LAN) costs no hand-off to another thread,
+    /// neither to start it nor to take its result, about 90 µs of the hand-over on a
+    /// two-core machine. Under a task executor preference (the signal thread), it is an ordinary
+    /// task on the global executor, so that `connect` never occupies that thread. Before
+    /// `Task.immediate` exists (before macOS 26 and iOS 26), always an ordinary task.
+    private static func startAttempt(_ connect: @escaping @Sendable () async throws -> Connection) -> Task<Connection, any Error> {
+        let preferred = withUnsafeCurrentTask { $0?.unownedTaskExecutor != nil }
+        if !preferred, #available(macOS 26, iOS 26, watchOS 26, tvOS 26, visionOS 26, *) {
+            return Task.immediate { try await connect() }
+        }
+        return Task { try await connect() }
     }
 
     /// One attempt, bounded by the connect timeout. `nil` when it failed or was cancelled.
     ///
     /// The attempt runs in one task; the process's deadline timer cancels it at the timeout.
     /// (A second, sleeping task raced against it in a task group cost two more thread wake-ups
-    /// per connect: the sleeper's start, and its cancellation that the group waits for.) The
-    /// attempt is an unstructured task, so it runs on the global executor even when the
-    /// supervisor runs under a task executor preference: `connect` never occupies the signal
-    /// thread.
+    /// per connect: the sleeper's start, and its cancellation that the group waits for.) See
+    /// ``startAttempt(_:)`` for where it runs.
     private func connectOnce() async -> Connection? {
         let timeout = configuration.connectTimeout
         let connect = connectBody
-        let attempt = Task { try await connect() }
         let expiry = AttemptTimeout()
+        // Armed before the attempt starts: an attempt started immediately may run a while
+        // before it first suspends, and the timeout counts from here.
         let timer = DeadlineTimer.shared.schedule(at: .now.advanced(by: timeout)) {
             expiry.fired.store(true, ordering: .releasing)
-            attempt.cancel()
+            expiry.attempt.withLock { $0 }?.cancel()
         }
+        let attempt = Self.startAttempt(connect)
+        let cancelled = expiry.attempt.withLock { slot -> Bool in
+            slot = attempt
+            return expiry.fired.load(ordering: .acquiring)
+        }
+        if cancelled { attempt.cancel() }
         let result = await withTaskCancellationHandler {
             await attempt.result
         } onCancel: {
