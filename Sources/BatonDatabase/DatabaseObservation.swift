@@ -118,6 +118,10 @@ struct ChangeWatch: Sendable {
     /// commit by another program.
     static let announceGrace: Duration = .milliseconds(50)
 
+    /// How long a data_version change waits in all for a Baton writer's signal while a live
+    /// process holds the writer queue's turn.
+    static let announceLimit: Duration = .seconds(2)
+
     mutating func rebaseline() async throws {
         baseline = try? await database.dataVersion()
     }
@@ -144,19 +148,32 @@ struct ChangeWatch: Sendable {
                     lastSequence = sequence
                     return .commit(sequence: sequence)
                 }
-                // A Baton writer bumps the sequence just after its COMMIT: give its signal a
-                // moment before calling this a change by another program (which would notify
-                // the whole database for one table's commit).
-                if let delivery = try? await nextDelivery(deadline: .after(Self.announceGrace)) {
-                    lastSequence = max(lastSequence, delivery.state)
-                    return .commit(sequence: delivery.state)
+                // A Baton writer bumps the sequence just after its COMMIT, still holding the
+                // writer queue's turn: give its signal time before calling this a change by
+                // another program (which would notify the whole database for one table's
+                // commit). One grace period, then more while a live process holds the turn (a
+                // writer descheduled between its COMMIT and its signal, as on a loaded
+                // machine), up to ``announceLimit``. A program that does not use Baton does not
+                // take the turn, so its commits are still reported after one grace period
+                // unless a Baton writer holds the turn meanwhile.
+                let waitStarted = ContinuousClock.now
+                while true {
+                    do {
+                        let delivery = try await nextDelivery(deadline: .after(Self.announceGrace))
+                        lastSequence = max(lastSequence, delivery.state)
+                        return .commit(sequence: delivery.state)
+                    } catch let error as BatonError where error.code == .timedOut {
+                        // No signal within this grace period.
+                    }
+                    let settled = database.writerQueue.sequence
+                    if settled != lastSequence {
+                        lastSequence = settled
+                        return .commit(sequence: settled)
+                    }
+                    guard database.writerQueue.holder != nil, ContinuousClock.now - waitStarted < Self.announceLimit else {
+                        return .external
+                    }
                 }
-                let settled = database.writerQueue.sequence
-                if settled != lastSequence {
-                    lastSequence = settled
-                    return .commit(sequence: settled)
-                }
-                return .external
             }
         }
     }

@@ -24,6 +24,10 @@ struct DatabaseTestCommand: AsyncParsableCommand {
         /// Insert --count rows into `creation_log` (another table than `item`), one transaction
         /// each, through `SharedDatabase.write`; print `done N`.
         case log
+        /// Like `log`, but each commit's announcement comes 400 ms after its COMMIT (an
+        /// observer added before Baton's sleeps in `databaseDidCommit`, holding the writer
+        /// queue's turn): a writer descheduled at the worst moment.
+        case slowLog = "slow-log"
         /// Insert --count rows as writer --writer through the plain GRDB pool
         /// (`SharedDatabase.pool.write`, no writer queue); print `done N` with the monotonic
         /// time in ns, or `error ...`.
@@ -65,6 +69,11 @@ struct DatabaseTestCommand: AsyncParsableCommand {
         if let checkpointPages { configuration.checkpointPages = checkpointPages }
         if let walRestartSize { configuration.walRestartSize = walRestartSize }
         if let busyTimeout { configuration.busyTimeout = .seconds(busyTimeout) }
+        if mode == .slowLog {
+            configuration.prepareDatabase = { db in
+                if !db.configuration.readonly { db.add(transactionObserver: SlowAnnouncement(), extent: .databaseLifetime) }
+            }
+        }
         let database = try await SharedDatabase.open(
             at: path, container: container, migrator: TestSchema.migrator(slow: slowMigration), configuration: configuration)
         switch mode {
@@ -96,7 +105,7 @@ struct DatabaseTestCommand: AsyncParsableCommand {
                 emit("in-transaction")
                 while true { sleep(60) }
             }
-        case .log:
+        case .log, .slowLog:
             for _ in 0..<count {
                 try await database.write { db in
                     try db.execute(sql: "INSERT INTO creation_log(pid) VALUES (?)", arguments: [Int(getpid())])
@@ -125,4 +134,13 @@ struct DatabaseTestCommand: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// Sleeps 400 ms after each commit, before the observers added after it (Baton's commit
+/// broadcaster) hear of it.
+private final class SlowAnnouncement: TransactionObserver, @unchecked Sendable {
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
+    func databaseDidChange(with event: DatabaseEvent) {}
+    func databaseDidCommit(_ db: Database) { usleep(400_000) }
+    func databaseDidRollback(_ db: Database) {}
 }

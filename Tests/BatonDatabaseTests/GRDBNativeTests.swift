@@ -187,6 +187,36 @@ struct GRDBNativeTests {
         #expect(changes.load(ordering: .relaxed) == baseline + 1)
     }
 
+    @Test("a writer that announces its commit 400 ms after COMMIT, holding the turn, does not notify observations of other tables")
+    func aLateAnnouncementIsNotAnExternalChange() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let database = try await open(directory, path) // data_version polled every 100 ms
+        let relay = Task { try await database.run() }
+        defer { relay.cancel() }
+        let changes = Atomic<Int>(0)
+        let cancellable = DatabaseRegionObservation(tracking: Table("item")).start(in: database.pool, onError: { _ in }, onChange: { _ in
+            changes.add(1, ordering: .relaxed)
+        })
+        defer { cancellable.cancel() }
+        // The relay runs once a commit to item is seen (see regionObservationIsTableByTable).
+        for attempt in 1...6 where changes.load(ordering: .relaxed) == 0 {
+            let first = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "\(attempt)"], container: directory.path)
+            #expect(try await first.wait() == 0)
+            let until = ContinuousClock.now + .seconds(5)
+            while changes.load(ordering: .relaxed) == 0, ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try #require(changes.load(ordering: .relaxed) > 0)
+        try await Task.sleep(for: .milliseconds(300))
+        let baseline = changes.load(ordering: .relaxed)
+        // Two commits to creation_log, each seen by several polls of data_version before its
+        // signal comes.
+        let slow = try ChildProcess(harness: ["db-test", "slow-log", path, "--count", "2"], container: directory.path)
+        #expect(try await slow.wait() == 0, "slow-log said: \(slow.lines)")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(changes.load(ordering: .relaxed) == baseline, "a late announcement of a commit to creation_log notified an observation of item")
+    }
+
     @Test("an observation started before run() sees the commits other processes made until run() started")
     func relayStartCatchesUp() async throws {
         let directory = try TemporaryContainer()
