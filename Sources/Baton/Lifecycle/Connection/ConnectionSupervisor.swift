@@ -67,8 +67,6 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
         var attemptInFlight = false
         /// The session is ending on a stop request: no attempt may start.
         var ending = false
-        /// The session's grant was released already (by ``releaseOnStop(_:)``).
-        var grantReleased = false
         var lastError: (any Error & Sendable)?
         var connections = 0
     }
@@ -207,7 +205,8 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
                 continue
             }
             await session(grant)
-            if !state.withLock({ $0.grantReleased }) { await grant.release() }
+            // Unless the stop request's watcher released it already (``releaseOnStop(_:)``).
+            if state.withLock({ $0.grant != nil }) { await grant.release() }
             state.withLock { state in
                 state.grant = nil
                 state.sessionActive = false
@@ -234,7 +233,6 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
             state.attempt = 0
             state.attemptInFlight = false
             state.ending = false
-            state.grantReleased = false
         }
         // Registered after the grant (a role lease registers itself when acquired), so the
         // container suspends this first: the connection is closed before the role's locks go.
@@ -287,10 +285,7 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
         guard case .some(let connection) = taken else { return }
         if let connection { await connection.close() }
         await grant.release()
-        state.withLock { state in
-            state.grantReleased = true
-            state.grant = nil
-        }
+        state.withLock { $0.grant = nil }
     }
 
     private func untilSuspensionStop() async throws {
@@ -345,12 +340,10 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
                 state.connections += 1
                 return true
             }
-            guard kept, let connection else {
-                if let connection {
-                    await connection.close()
-                    return
-                }
-                continue
+            guard let connection else { continue }
+            guard kept else {
+                await connection.close()
+                return
             }
             publish(.connected(since: since))
             await keepUp(connection)
