@@ -30,6 +30,18 @@ struct GRDBNativeTests {
         return true
     }
 
+    /// Commits to `item` from other processes, one at a time (up to six, five seconds each),
+    /// until `changes` moves: the relay (`run()`) starts watching once a commit reaches the
+    /// observation (its start notifies the whole database once, which counts too).
+    func writeUntilObserved(_ changes: borrowing Atomic<Int>, _ path: String, _ directory: TemporaryContainer) async throws {
+        for attempt in 1...6 where changes.load(ordering: .relaxed) == 0 {
+            let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "\(attempt)"], container: directory.path)
+            #expect(try await writer.wait() == 0)
+            let until = ContinuousClock.now + .seconds(5)
+            while changes.load(ordering: .relaxed) == 0, ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
+        }
+    }
+
     /// Whether a plain connection of another process can take the write lock now.
     func writeLockIsFree(_ path: String, _ directory: TemporaryContainer) async throws -> Bool {
         let probe = try ChildProcess(harness: ["db-test", "try-lock", path], container: directory.path)
@@ -164,14 +176,7 @@ struct GRDBNativeTests {
                 while changes.load(ordering: .relaxed) < count { try await Task.sleep(for: .milliseconds(10)) }
             }
         }
-        // The relay runs once a commit to item is seen (its start notifies the whole database
-        // once, which counts too).
-        for attempt in 1...6 where changes.load(ordering: .relaxed) == 0 {
-            let first = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "\(attempt)"], container: directory.path)
-            #expect(try await first.wait() == 0)
-            let until = ContinuousClock.now + .seconds(5)
-            while changes.load(ordering: .relaxed) == 0, ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try await writeUntilObserved(changes, path, directory)
         try await waitForChanges(1)
         try await Task.sleep(for: .milliseconds(300))
         let baseline = changes.load(ordering: .relaxed)
@@ -199,13 +204,7 @@ struct GRDBNativeTests {
             changes.add(1, ordering: .relaxed)
         })
         defer { cancellable.cancel() }
-        // The relay runs once a commit to item is seen (see regionObservationIsTableByTable).
-        for attempt in 1...6 where changes.load(ordering: .relaxed) == 0 {
-            let first = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "\(attempt)"], container: directory.path)
-            #expect(try await first.wait() == 0)
-            let until = ContinuousClock.now + .seconds(5)
-            while changes.load(ordering: .relaxed) == 0, ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try await writeUntilObserved(changes, path, directory)
         try #require(changes.load(ordering: .relaxed) > 0)
         try await Task.sleep(for: .milliseconds(300))
         let baseline = changes.load(ordering: .relaxed)
@@ -253,13 +252,8 @@ struct GRDBNativeTests {
             changes.add(1, ordering: .relaxed)
         })
         defer { cancellable.cancel() }
-        // Both relays watch once a commit reaches the observation (see regionObservationIsTableByTable).
-        for attempt in 1...6 where changes.load(ordering: .relaxed) == 0 {
-            let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "\(attempt)"], container: directory.path)
-            #expect(try await writer.wait() == 0)
-            let until = ContinuousClock.now + .seconds(5)
-            while changes.load(ordering: .relaxed) == 0, ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        // Both relays watch once a commit reaches the observation.
+        try await writeUntilObserved(changes, path, directory)
         try await Task.sleep(for: .milliseconds(500))
         let settled = changes.load(ordering: .relaxed)
         #expect(settled >= 1)
