@@ -66,7 +66,7 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "commit_to_value_observation_p99_ms", value: percentile(grdbLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT (observer: SharedDatabase.observe, iterated on container.signals.executor; value_observation: a GRDB ValueObservation of SharedDatabase.pool, fed by SharedDatabase.run()); raw floor = commit, futex wake, read in the other process.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT (observer: SharedDatabase.observe, iterated on container.signals.executor; value_observation: a GRDB ValueObservation of SharedDatabase.pool, fed by SharedDatabase.run()); raw floor = commit, futex wake, read in the other process. Every observer's read is one statement prepared once (the floor's sqlite3_stmt; GRDB's cachedStatement in both observations), so the figures compare the paths, not the SQL compiler.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "ratios_by_run_1_writer_vs_raw": baton1.ratios(over: raw1),
@@ -248,7 +248,7 @@ enum DatabaseBench: BenchSuite {
             // for the commit signal runs the fetch, with no hop to the cooperative pool.
             try await withTaskExecutorPreference(container.signals.executor) {
                 var values = database.observe { db in
-                    try Int64.fetchOne(db, sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1")
+                    try Int64.fetchOne(db.cachedStatement(sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1"))
                 }.makeAsyncIterator()
                 var last = try await values.next() ?? nil
                 emit("ready")
@@ -263,7 +263,7 @@ enum DatabaseBench: BenchSuite {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await database.run() }
                 let values = ValueObservation
-                    .tracking { db in try Int64.fetchOne(db, sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1") }
+                    .tracking { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT stamp FROM bench ORDER BY id DESC LIMIT 1")) }
                     .values(in: database.pool)
                 var last: Int64?
                 var first = true

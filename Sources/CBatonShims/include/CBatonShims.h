@@ -93,6 +93,17 @@ static inline uint64_t baton_or64(uint64_t *p, uint64_t v) { return __atomic_fet
 static inline uint64_t baton_and64(uint64_t *p, uint64_t v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
 static inline void baton_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
+/// Writes the byte at `p` back unchanged (a volatile load and store, which the compiler keeps),
+/// so that its page is faulted in for writing without changing any data. The caller must own
+/// the byte: no other thread or process may write it meanwhile.
+static inline void baton_touch_for_write(void *p) {
+    volatile unsigned char *byte = (volatile unsigned char *)p;
+    *byte = *byte;
+}
+
+/// The size of a page of virtual memory (POSIX `sysconf(_SC_PAGESIZE)`).
+static inline long baton_page_size(void) { return sysconf(_SC_PAGESIZE); }
+
 /// An SQLite progress handler (`sqlite3_progress_handler`): nonzero, which interrupts the
 /// statement, while the 32-bit flag `context` points to is nonzero. Plain C: SQLite calls it every
 /// few virtual-machine steps of every statement, where a Swift closure's thunk would cost more.
