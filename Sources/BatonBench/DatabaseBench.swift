@@ -49,9 +49,11 @@ enum DatabaseBench: BenchSuite {
             baton4 = baton4.merged(try await run("baton-write", 4))
         }
 
-        let rawLatency = try await observerLatency(mode: "raw", path: rawPath, container: container, containerPath: path, shm: shm, rounds: rounds)
-        let batonLatency = try await observerLatency(mode: "baton", path: batonPath, container: container, containerPath: path, shm: shm, rounds: rounds)
-        let grdbLatency = try await observerLatency(mode: "grdb", path: batonPath, container: container, containerPath: path, shm: shm, rounds: rounds)
+        // The floor and Baton's observer alternate round by round (both see the same machine);
+        // the ValueObservation watches Baton's database too, so it runs on its own after them.
+        let alternated = try await observerLatencies(modes: [("raw", rawPath), ("baton", batonPath)], container: container, containerPath: path, shm: shm, rounds: rounds)
+        let (rawLatency, batonLatency) = (alternated[0], alternated[1])
+        let grdbLatency = try await observerLatencies(modes: [("grdb", batonPath)], container: container, containerPath: path, shm: shm, rounds: rounds)[0]
 
         let results = [
             BenchResult(name: "commits_per_s_1_writer", value: baton1.rate, unit: "commits/s", floorName: "raw_sqlite_1_writer", floor: raw1.rate),
@@ -66,7 +68,7 @@ enum DatabaseBench: BenchSuite {
             BenchResult(name: "commit_to_value_observation_p99_ms", value: percentile(grdbLatency, 99), unit: "ms", floorName: "raw_commit_futex_wake_read_p99_ms", floor: percentile(rawLatency, 99)),
         ]
         return (results, [
-            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT (observer: SharedDatabase.observe, iterated on container.signals.executor; value_observation: a GRDB ValueObservation of SharedDatabase.pool, fed by SharedDatabase.run()); raw floor = commit, futex wake, read in the other process. Every observer's read is one statement prepared once (the floor's sqlite3_stmt; GRDB's cachedStatement in both observations), so the figures compare the paths, not the SQL compiler.",
+            "method": "writers: \(commits) single-row INSERT transactions in total, split over the processes, started together; each configuration run five times, alternating raw and Baton; rate = total / wall time (median run), each run in a new database, sync(2) before each run; longest wait = slowest single write call of any writer (queue + lock + commit; worst run); fewest share = min over writers of commits done in the first half of the run / fair share (1 = perfectly fair). Plain GRDB: a DatabasePool with the same settings and no Baton, writing on the calling thread (what GRDB itself costs). Observer: \(rounds) paced commits, latency = observer's fresh value time - the stamp written just before COMMIT (observer: SharedDatabase.observe, iterated on container.signals.executor; value_observation: a GRDB ValueObservation of SharedDatabase.pool, fed by SharedDatabase.run()); raw floor = commit, futex wake, read in the other process, its rounds alternating with Baton's observer's. Every observer's read is one statement prepared once (the floor's sqlite3_stmt; GRDB's cachedStatement in both observations), so the figures compare the paths, not the SQL compiler.",
             "settings": "WAL, synchronous=NORMAL, busy timeout 5 s, IMMEDIATE transactions, on both sides",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "ratios_by_run_1_writer_vs_raw": baton1.ratios(over: raw1),
@@ -174,32 +176,45 @@ enum DatabaseBench: BenchSuite {
         }
     }
 
-    /// Paced commits from this process; the observer worker reports each latency.
-    private static func observerLatency(mode: String, path: String, container: SharedContainer, containerPath: String, shm: MappedFile, rounds: Int) async throws -> [Double] {
+    /// Paced commits from this process, one per mode in turn each round; each mode's observer
+    /// worker reports each latency. Returns the samples of each mode, in the order given.
+    private static func observerLatencies(modes: [(mode: String, path: String)], container: SharedContainer, containerPath: String, shm: MappedFile, rounds: Int) async throws -> [[Double]] {
         let wake = shm.pointer.assumingMemoryBound(to: UInt32.self)
-        let worker = try WorkerProcess(suite: name, container: containerPath, arguments: ["\(mode)-observe", path])
-        try worker.waitReady()
-        var samples: [Double] = []
-        let database = mode != "raw" ? try await SharedDatabase.open(at: path, container: container, migrator: migrator) : nil
-        let raw = mode == "raw" ? try RawSQLite(path: path) : nil
-        defer { try? raw?.close() }
+        struct Observer {
+            let mode: String
+            let worker: WorkerProcess
+            let database: SharedDatabase?
+            let raw: RawSQLite?
+        }
+        var observers: [Observer] = []
+        defer { for observer in observers { try? observer.raw?.close() } }
+        for (mode, path) in modes {
+            let worker = try WorkerProcess(suite: name, container: containerPath, arguments: ["\(mode)-observe", path])
+            try worker.waitReady()
+            observers.append(Observer(mode: mode, worker: worker,
+                                      database: mode != "raw" ? try await SharedDatabase.open(at: path, container: container, migrator: migrator) : nil,
+                                      raw: mode == "raw" ? try RawSQLite(path: path) : nil))
+        }
+        var samples = [[Double]](repeating: [], count: observers.count)
         let warmup = rounds / 10
         for round in 0..<(rounds + warmup) {
-            if let database {
-                try await database.write { db in
-                    try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (-1, ?)").execute(arguments: [Int64(bitPattern: monotonicNanoseconds())])
+            for (index, observer) in observers.enumerated() {
+                if let database = observer.database {
+                    try await database.write { db in
+                        try db.cachedStatement(sql: "INSERT INTO bench(writer, stamp) VALUES (-1, ?)").execute(arguments: [Int64(bitPattern: monotonicNanoseconds())])
+                    }
+                } else if let raw = observer.raw {
+                    try raw.insert(writer: -1, stampNow: true)
+                    baton_add32(wake, 1)
+                    AddressWait.wakeAll(wake)
                 }
-            } else if let raw {
-                try raw.insert(writer: -1, stampNow: true)
-                baton_add32(wake, 1)
-                AddressWait.wakeAll(wake)
+                // A commit that never reaches the observer is a bug to report, not a reason to hang.
+                guard let line = observer.worker.receiveLine(timeout: 30), let latency = Double(line) else {
+                    throw BatonError(.timedOut, "database bench: the \(observer.mode) observer (process \(observer.worker.pid)) did not see commit \(round) within 30 s")
+                }
+                if round >= warmup { samples[index].append(latency / 1e6) }
+                usleep(1_000)
             }
-            // A commit that never reaches the observer is a bug to report, not a reason to hang.
-            guard let line = worker.receiveLine(timeout: 30), let latency = Double(line) else {
-                throw BatonError(.timedOut, "database bench: the \(mode) observer (process \(worker.pid)) did not see commit \(round) within 30 s")
-            }
-            if round >= warmup { samples.append(latency / 1e6) }
-            usleep(1_000)
         }
         return samples
     }

@@ -67,8 +67,7 @@ enum DefaultsBench: BenchSuite {
 
         // Set-to-watcher latency, beside a raw futex wake between two processes.
         let rounds = quick ? 300 : 3_000
-        let futexSamples = try futexLatency(path: path, container: container, rounds: rounds)
-        let watcherSamples = try watcherLatency(path: path, defaults: defaults, rounds: rounds)
+        let (futexSamples, watcherSamples) = try watcherLatencies(path: path, container: container, defaults: defaults, rounds: rounds)
 
         // Foundation's UserDefaults.
         let suiteName = "baton-bench-\(getpid())"
@@ -98,7 +97,7 @@ enum DefaultsBench: BenchSuite {
         }
 
         var notes = try userDefaultsBehaviour(path: path)
-        notes["method"] = "throughputs: best of 3 runs (the machine is shared), for figures and floors alike; \(operations) sets then \(operations) gets over \(keyCount) keys with 64-byte string values; two processes: each does \(operations) sets of the same keys at once, rate = total / wall time; set-to-watcher: one-way time from set() in one process to the key arriving from changes(forKey:) in another, iterated on container.signals.executor (\(rounds) rounds)"
+        notes["method"] = "throughputs: best of 3 runs (the machine is shared), for figures and floors alike; \(operations) sets then \(operations) gets over \(keyCount) keys with 64-byte string values; two processes: each does \(operations) sets of the same keys at once, rate = total / wall time; set-to-watcher: one-way time from set() in one process to the key arriving from changes(forKey:) in another, iterated on container.signals.executor (\(rounds) rounds, in blocks of 100 alternating with the futex floor's, after 10 rounds of warm-up each)"
         notes["userdefaults_set_method"] = "set + synchronize() per operation (\(synchronizedOperations) operations); without synchronize (in-memory only, not visible to other processes): \(Int(userDefaultsUnsyncedSetRate)) sets/s"
         notes["floors"] = "set: memcpy-append of the same record plus CRC-32C into a mapped file; get: Dictionary<String, String> lookup; two processes: both appending with an atomic fetch-add reservation; watcher: raw futex wake between two processes"
         notes["userdefaults_get_found"] = "\(found)/\(operations)"
@@ -195,36 +194,40 @@ enum DefaultsBench: BenchSuite {
 
     static let stampOffset = 0, wordOffset = 64
 
-    static func futexLatency(path: String, container: SharedContainer, rounds: Int) throws -> [Double] {
+    /// Set-to-watcher latency and its floor, a raw futex wake between two processes, in
+    /// alternating blocks of 100 rounds (after 10 rounds of warm-up in each block, for each), so
+    /// that both see the same machine: on this shared VM a process runs at one speed for a
+    /// second or more, then at another (1.5-2x apart), and a floor measured all before the
+    /// figure drew its ratio from whichever speeds the two phases got. (Round by round, each
+    /// path would run with the caches the other left: colder than either runs alone.)
+    static func watcherLatencies(path: String, container: SharedContainer, defaults: SharedDefaults, rounds: Int) throws -> (floor: [Double], watcher: [Double]) {
         let shm = try MappedFile(container, relativePath: shmName, minimumSize: 4096)
         let word = shm.pointer.advanced(by: wordOffset).assumingMemoryBound(to: UInt32.self)
         let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
         baton_store32(word, 0)
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["futex-watch"])
-        try worker.waitReady()
-        var samples: [Double] = []
-        for round in 0..<(rounds + rounds / 10) {
-            usleep(200) // let the watcher go back to sleep
-            baton_store64(stamp, monotonicNanoseconds())
-            baton_add32(word, 1)
-            AddressWait.wakeAll(word)
-            guard let line = worker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "futex watcher failed") }
-            if round >= rounds / 10 { samples.append(nanoseconds / 1_000) }
+        let futexWorker = try WorkerProcess(suite: name, container: path, arguments: ["futex-watch"])
+        try futexWorker.waitReady()
+        let watcher = try WorkerProcess(suite: name, container: path, arguments: ["watch"])
+        try watcher.waitReady()
+        var floor: [Double] = [], samples: [Double] = []
+        let block = 100, warmup = 10
+        for _ in 0..<max(1, rounds / block) {
+            for round in 0..<(warmup + block) {
+                usleep(200) // let the watcher go back to sleep
+                baton_store64(stamp, monotonicNanoseconds())
+                baton_add32(word, 1)
+                AddressWait.wakeAll(word)
+                guard let line = futexWorker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "futex watcher failed") }
+                if round >= warmup { floor.append(nanoseconds / 1_000) }
+            }
+            for round in 0..<(warmup + block) {
+                usleep(200)
+                try defaults.set(Int(monotonicNanoseconds()), forKey: "ping")
+                guard let line = watcher.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "defaults watcher failed") }
+                if round >= warmup { samples.append(nanoseconds / 1_000) }
+            }
         }
-        return samples
-    }
-
-    static func watcherLatency(path: String, defaults: SharedDefaults, rounds: Int) throws -> [Double] {
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["watch"])
-        try worker.waitReady()
-        var samples: [Double] = []
-        for round in 0..<(rounds + rounds / 10) {
-            usleep(200)
-            try defaults.set(Int(monotonicNanoseconds()), forKey: "ping")
-            guard let line = worker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "defaults watcher failed") }
-            if round >= rounds / 10 { samples.append(nanoseconds / 1_000) }
-        }
-        return samples
+        return (floor, samples)
     }
 
     // MARK: UserDefaults behaviour across processes
