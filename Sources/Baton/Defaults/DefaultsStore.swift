@@ -570,8 +570,8 @@ final class DefaultsStore: Sendable {
     /// written. Rings the suite's signal when someone observes.
     @discardableResult
     func write(_ entries: some Collection<PendingEntry>, when condition: Condition = .none) throws -> Bool {
-        let written = try state.withLock { state in
-            try withWriterLock(&state) { state in
+        let (written, prefault) = try state.withLock { state -> (Bool, Bool) in
+            let written = try withWriterLock(&state) { state in
                 switch condition {
                 case .none: break
                 case .value(let key, let expected):
@@ -589,17 +589,29 @@ final class DefaultsStore: Sendable {
                 try append(&state, entries)
                 return true
             }
+            // (Decided here, under the lock this write holds anyway: most writes need nothing.)
+            return (written, written && !entries.isEmpty && Self.prefaultRange(state) != nil)
         }
         if written && !entries.isEmpty && baton_load32(meta.watchers) > 0 {
             // The write is committed whatever happens here; a failure to ring (the signal table
             // full) delays observers until the next write that rings, it loses no data.
             try? container.signals.post(signalName)
         }
-        if written && !entries.isEmpty { prefaultAhead() }
+        if prefault { prefaultAhead() }
         return written
     }
 
     static let pageSize = max(4096, baton_page_size())
+
+    /// The part of the log ``prefaultAhead()`` would fault in for `state`: from where this
+    /// mapping was faulted in (or the log's end) to the end of the page after the one the log
+    /// ends in; `nil` when that is done.
+    private static func prefaultRange(_ state: State) -> (from: Int, to: Int)? {
+        let target = min(state.capacity, (state.length / pageSize + 2) * pageSize)
+        var from = state.length
+        if let prefaulted = state.prefaulted, prefaulted.base == state.base { from = max(from, prefaulted.end) }
+        return from < target ? (from, target) : nil
+    }
 
     /// Faults in for writing, after a write has rung its watchers, the log's pages up to the end
     /// of the page after the one the log now ends in, so that the next appends find them ready.
@@ -614,17 +626,13 @@ final class DefaultsStore: Sendable {
     /// (``baton_touch_for_write(_:)``) under the writer lock, which owns those bytes. It only
     /// tries the lock, and never takes it over from a dead owner (that repair is the next
     /// writer's); it skips a log other than the one this process has mapped (a compaction's new
-    /// file is faulted in by its own writes) and a file cut shorter than the mapping (one
-    /// `fstat`, once per page: that touch would only make the mapping guard extend it again,
-    /// hiding the cut from the writers' check). Nothing here can fail the write, which has
-    /// committed.
+    /// file is faulted in by its own writes) and a file cut shorter than the mapping (checked
+    /// with an `fstat` unless a write checked within ``sizeCheckInterval``, as appends are).
+    /// Nothing here can fail the write, which has committed.
     private func prefaultAhead() {
         state.withLock { state in
             let page = Self.pageSize
-            let target = min(state.capacity, (state.length / page + 2) * page)
-            var from = state.length
-            if let prefaulted = state.prefaulted, prefaulted.base == state.base { from = max(from, prefaulted.end) }
-            guard from < target, let token = try? container.owners.enter() else { return }
+            guard let (from, target) = Self.prefaultRange(state), let token = try? container.owners.enter() else { return }
             defer { container.owners.leave() }
             let mutex = SharedMutex(meta.lockMemory)
             // `tokens: nil`: a held lock is only ever waited for, so at `.now` this is a try.
@@ -633,8 +641,15 @@ final class DefaultsStore: Sendable {
             let committed = baton_load64(meta.committed)
             let end = Int(committed & DefaultsLogFormat.lengthMask)
             guard committed >> DefaultsLogFormat.lengthBits == state.generation & DefaultsLogFormat.generationMask,
-                  baton_load64(meta.pendingEnd) == UInt64(end), end <= state.capacity,
-                  let size = try? state.log.fileSize(), size >= state.capacity else { return }
+                  baton_load64(meta.pendingEnd) == UInt64(end), end <= state.capacity else { return }
+            // The writers' check that the file was not cut short (``sizeCheckInterval``), shared
+            // with them: a touch past a cut would only make the mapping guard extend the file
+            // again, hiding the cut from that check.
+            let now = baton_monotonic_ns()
+            if now &- state.sizeCheckedAt >= Self.sizeCheckInterval {
+                guard let size = try? state.log.fileSize(), size >= state.capacity else { return }
+                state.sizeCheckedAt = now
+            }
             // Bytes from `end` on belong to the lock holder; a page that starts before it holds
             // records already (written, so faulted in, by whoever appended them).
             var offset = (max(from, end) + page - 1) / page * page
