@@ -546,7 +546,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // MARK: SignalBackend
 
     func post(_ name: String, state value: UInt64?) throws {
-        let (map, doorbells, here) = try withState { state throws -> (MappedFile?, [UnsafeMutablePointer<UInt32>], Bool) in
+        // The doorbells to wake once the lock is released, on the stack: at most one per entry,
+        // and the table's sequence word.
+        try withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<UInt32>.self, capacity: Self.entryCount + 1) { doorbells in
+            try post(name, state: value, doorbells: doorbells)
+        }
+    }
+
+    private func post(_ name: String, state value: UInt64?, doorbells: UnsafeMutableBufferPointer<UnsafeMutablePointer<UInt32>>) throws {
+        let (map, count, here) = try withState { state throws -> (MappedFile?, Int, Bool) in
             // A rebuild in another process retires the table, then carries its slots over: a
             // write that finds the table retired after it may have come after the copy, so it is
             // made again on the new table (a counter moved twice is one more delivery, never a
@@ -577,11 +585,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     try followRetirement(&state)
                 }
             }
-            guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, [], false) }
+            guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, 0, false) }
             // Ring the doorbell of every other process interested in the slot's bit (counter
             // first, then the interest: an observer registering now sets its interest, then
             // reads the counter, so one of the two sees the other); wake those that may sleep.
-            var doorbells: [UnsafeMutablePointer<UInt32>] = []
+            var count = 0
             let bit = UInt64(1) << UInt64(slot % Self.entryCount)
             if Self.hasEntries(state.map) {
                 for index in 0..<Self.entryCount where index != state.entry {
@@ -589,16 +597,22 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                           baton_load64(entryToken(state.map, index)) != 0 else { continue }
                     let doorbell = entryWord(state.map, index, 4)
                     baton_add32(doorbell, 1)
-                    if baton_load32(entryWord(state.map, index, 8)) != 0 { doorbells.append(doorbell) }
+                    if baton_load32(entryWord(state.map, index, 8)) != 0 {
+                        doorbells.initializeElement(at: count, to: doorbell)
+                        count += 1
+                    }
                 }
             }
             let sequence = Self.word(state.map, 64)
             baton_add32(sequence, 1)
-            if baton_load32(Self.word(state.map, 128)) > 0 { doorbells.append(sequence) }
-            return (state.map, doorbells, state.bitCounts[slot % Self.entryCount] > 0)
+            if baton_load32(Self.word(state.map, 128)) > 0 {
+                doorbells.initializeElement(at: count, to: sequence)
+                count += 1
+            }
+            return (state.map, count, state.bitCounts[slot % Self.entryCount] > 0)
         }
         withExtendedLifetime(map) {
-            for doorbell in doorbells { AddressWait.wakeAll(doorbell) }
+            for index in 0..<count { AddressWait.wakeAll(doorbells[index]) }
         }
         // This process's own observers: delivered here rather than by waking its thread.
         if here { scan() }
@@ -684,7 +698,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                 let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
                 let seen = baton_load32(Self.word(state.map, offset))
                 if let sleeping { baton_store32(sleeping, 1) }
-                deliveries += collectDeliveries(&state)
+                collectDeliveries(&state, into: &deliveries)
                 // A touch above that found the file cut short (the guard put zeros back): no
                 // sleep on a word of that table; the next pass rebuilds it.
                 if !state.map.hasUncheckedRepair { return ((state.map, offset, sleeping, seen), deliveries) }
@@ -712,10 +726,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     }
 
     /// Runs every queued job; returns whether there were any.
+    ///
+    /// The queue is swapped out, not copied and emptied: emptying an array whose storage is
+    /// shared with the copy allocates new storage, twice a round, jobs or none.
     private func runJobs(on executor: UnownedTaskExecutor) -> Bool {
         let batch = jobs.withLock { jobs -> [UnownedJob] in
-            defer { jobs.removeAll(keepingCapacity: true) }
-            return jobs
+            if jobs.isEmpty { return [] }
+            var batch: [UnownedJob] = []
+            swap(&batch, &jobs)
+            return batch
         }
         for job in batch { job.runSynchronously(on: executor) }
         return !batch.isEmpty
@@ -744,7 +763,9 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private func scan() {
         let deliveries = withState { state -> [(SignalObserver, UInt64, UInt64)] in
             _ = try? followRetirement(&state) // a truncated table is extended before it is read
-            return collectDeliveries(&state)
+            var deliveries: [(SignalObserver, UInt64, UInt64)] = []
+            collectDeliveries(&state, into: &deliveries)
+            return deliveries
         }
         for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
     }
@@ -758,10 +779,9 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// from their weak references (the strong references go out with the deliveries, so none
     /// dies under the lock); an observer gone meanwhile is dropped here (its `deinit`
     /// unregisters it anyway, this only covers the moment in between).
-    /// The observers whose slot's counter moved, with the slot's state (read after the
-    /// counter) and how far the counter moved.
-    private func collectDeliveries(_ state: inout State) -> [(SignalObserver, UInt64, UInt64)] {
-        var deliveries: [(SignalObserver, UInt64, UInt64)] = []
+    /// Appends to `deliveries` the observers whose slot's counter moved, with the slot's state
+    /// (read after the counter) and how far the counter moved.
+    private func collectDeliveries(_ state: inout State, into deliveries: inout [(SignalObserver, UInt64, UInt64)]) {
         var gone: [UInt64] = []
         var index = state.observers.values.startIndex
         while index != state.observers.values.endIndex {
@@ -783,7 +803,6 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             baton_sub32(slotWord(state.map, observed.slot, 32), 1)
             dropInterest(&state, slot: observed.slot)
         }
-        return deliveries
     }
 }
 
