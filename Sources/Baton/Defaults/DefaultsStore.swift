@@ -623,7 +623,7 @@ final class DefaultsStore: Sendable {
     /// it is taken once per page, after the ring: the same faults, off that path.
     ///
     /// It writes the first byte of each page past the log's end back unchanged
-    /// (``baton_touch_for_write(_:)``) under the writer lock, which owns those bytes. It only
+    /// (`baton_touch_for_write`) under the writer lock, which owns those bytes. It only
     /// tries the lock, and never takes it over from a dead owner (that repair is the next
     /// writer's); it skips a log other than the one this process has mapped (a compaction's new
     /// file is faulted in by its own writes) and a file cut shorter than the mapping (checked
