@@ -239,28 +239,42 @@ struct LifecycleTests {
     @Test(.enabled(if: ipCommandAvailable(), "needs root and iproute2"))
     func netlinkMonitorParsesRealKernelMessages() async throws {
         let monitor = try NetlinkReachability()
-        let messages = monitor.messages()
         let updates = monitor.updates()
-        let address = "127.0.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))"
-        let seen = try await withThrowingTaskGroup(of: [NetlinkMessage].self) { group in
-            group.addTask {
-                var collected: [NetlinkMessage] = []
-                for await message in messages {
-                    collected.append(message)
-                    if message.kind == .addressRemoved && message.address == address { break }
+        // Up to three tries, each with a new address and its own subscription. One CI run of the
+        // whole suite saw no message for its address in 20 s (once in many runs; not
+        // reproduced): the kernel drops a multicast message for a socket whose receive queue is
+        // full, and the suite runs beside this test. A monitor that stopped reading still fails
+        // all three tries.
+        var result: (address: String, seen: [NetlinkMessage])?
+        for attempt in 1...3 where result == nil {
+            let messages = monitor.messages()
+            let address = "127.0.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))"
+            do {
+                let seen = try await withThrowingTaskGroup(of: [NetlinkMessage].self) { group in
+                    group.addTask {
+                        var collected: [NetlinkMessage] = []
+                        for await message in messages {
+                            collected.append(message)
+                            if message.kind == .addressRemoved && message.address == address { break }
+                        }
+                        return collected
+                    }
+                    group.addTask {
+                        try await Task.sleep(for: .seconds(7))
+                        throw TestFailure("no rtnetlink message for \(address) within 7 s (try \(attempt) of 3)")
+                    }
+                    try await Task.sleep(for: .milliseconds(50))
+                    #expect(try runIP(["addr", "add", "\(address)/32", "dev", "lo"]) == 0)
+                    #expect(try runIP(["addr", "del", "\(address)/32", "dev", "lo"]) == 0)
+                    defer { group.cancelAll() }
+                    return try await group.next()!
                 }
-                return collected
+                result = (address, seen)
+            } catch let failure as TestFailure where attempt < 3 {
+                print("netlinkMonitorParsesRealKernelMessages: \(failure); trying again")
             }
-            group.addTask {
-                try await Task.sleep(for: .seconds(20))
-                throw TestFailure("no rtnetlink message for \(address) within 20 s")
-            }
-            try await Task.sleep(for: .milliseconds(50))
-            #expect(try runIP(["addr", "add", "\(address)/32", "dev", "lo"]) == 0)
-            #expect(try runIP(["addr", "del", "\(address)/32", "dev", "lo"]) == 0)
-            defer { group.cancelAll() }
-            return try await group.next()!
         }
+        let (address, seen) = try #require(result)
         let added = try #require(seen.first { $0.kind == .addressAdded && $0.address == address })
         #expect(added.interfaceIndex == 1 && added.prefixLength == 32 && added.interfaceName == "lo")
         #expect(seen.contains { $0.kind == .addressRemoved && $0.address == address })
