@@ -209,22 +209,28 @@ enum DefaultsBench: BenchSuite {
         try futexWorker.waitReady()
         let watcher = try WorkerProcess(suite: name, container: path, arguments: ["watch"])
         try watcher.waitReady()
-        var floor: [Double] = [], samples: [Double] = []
         let block = 100, warmup = 10
-        for _ in 0..<max(1, rounds / block) {
+        /// One block of `worker`'s rounds: `ring`, then the latency it reports (ns); the
+        /// latencies after the warm-up, in microseconds.
+        func measureBlock(_ worker: WorkerProcess, _ what: String, ring: () throws -> Void) throws -> [Double] {
+            var samples: [Double] = []
             for round in 0..<(warmup + block) {
                 usleep(200) // let the watcher go back to sleep
+                try ring()
+                guard let line = worker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "\(what) failed") }
+                if round >= warmup { samples.append(nanoseconds / 1_000) }
+            }
+            return samples
+        }
+        var floor: [Double] = [], samples: [Double] = []
+        for _ in 0..<max(1, rounds / block) {
+            floor += try measureBlock(futexWorker, "futex watcher") {
                 baton_store64(stamp, monotonicNanoseconds())
                 baton_add32(word, 1)
                 AddressWait.wakeAll(word)
-                guard let line = futexWorker.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "futex watcher failed") }
-                if round >= warmup { floor.append(nanoseconds / 1_000) }
             }
-            for round in 0..<(warmup + block) {
-                usleep(200)
+            samples += try measureBlock(watcher, "defaults watcher") {
                 try defaults.set(Int(monotonicNanoseconds()), forKey: "ping")
-                guard let line = watcher.receiveLine(), let nanoseconds = Double(line) else { throw BatonError(.invalidArgument, "defaults watcher failed") }
-                if round >= warmup { samples.append(nanoseconds / 1_000) }
             }
         }
         return (floor, samples)
