@@ -68,7 +68,8 @@ struct ChannelRendezvousTests {
         let container = try SharedContainer(path: directory.path)
         let c = try SharedChannel<String>(container, name: "c", capacity: .rendezvous)
         let timedOut = try ChildProcess(["channel", "send", "c", "\"late\"", "--timeout", "0.3"], container: directory.path)
-        #expect(try await timedOut.wait() == 3) // timed out (ExitStatus.timedOut)
+        let timedOutStatus = try await timedOut.wait()
+        #expect(timedOutStatus == 3, "send exited \(timedOutStatus); said \(timedOut.lines), stderr \(timedOut.errorLines)") // timed out (ExitStatus.timedOut)
         #expect(try c.tryReceive() == nil, "a timed-out send left its element")
         await #expect { try await c.receive(deadline: .after(.milliseconds(300))) } throws: { ($0 as? BatonError)?.code == .timedOut }
 
@@ -76,14 +77,16 @@ struct ChannelRendezvousTests {
         let killed = try ChildProcess(["channel", "send", "c", "\"ghost\"", "--timeout", "60"], container: directory.path)
         try await Task.sleep(for: .milliseconds(500))
         killed.signal(SIGKILL)
-        #expect(try await killed.wait() == 128 + SIGKILL)
+        let killedStatus = try await killed.wait()
+        #expect(killedStatus == 128 + SIGKILL, "send exited \(killedStatus); said \(killed.lines), stderr \(killed.errorLines)")
         #expect(try c.tryReceive() == nil, "the element of a killed sender was delivered")
 
         // A receiver killed while it waits no longer counts as waiting.
         let receiver = try ChildProcess(["channel", "receive", "c", "--timeout", "60"], container: directory.path)
         try await Task.sleep(for: .milliseconds(500))
         receiver.signal(SIGKILL)
-        #expect(try await receiver.wait() == 128 + SIGKILL)
+        let receiverStatus = try await receiver.wait()
+        #expect(receiverStatus == 128 + SIGKILL, "receive exited \(receiverStatus); said \(receiver.lines), stderr \(receiver.errorLines)")
         #expect(try c.trySend("nobody") == false, "trySend succeeded with no live receiver")
         #expect(try c.tryReceive() == nil)
     }
