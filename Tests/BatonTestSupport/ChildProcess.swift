@@ -225,6 +225,12 @@ package enum ProcLocks {
         ProcFS.locksHeld(by: pid, under: directory).map(Entry.init)
     }
 
+    /// The files under `directory` (relative paths) that `pid` holds a lock on through one of
+    /// its descriptors: what a failed expectation on ``held(by:under:)`` should say.
+    package static func files(lockedBy pid: pid_t, under directory: String) -> [String] {
+        ProcFS.lockedFiles(of: pid, under: directory)
+    }
+
     /// Locks held by `pid` under the container `directory` on anything but the owner tokens
     /// (`.baton/owners/*`, which the container's suspension releases, not a database's).
     package static func held(by pid: pid_t, under directory: String, exceptOwnerTokens: Bool) -> [Entry] {

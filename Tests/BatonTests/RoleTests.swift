@@ -277,7 +277,8 @@ struct RoleTests {
         let role = try container.role()
         let lease = try await role.acquire(priority: .main, kind: "app", deadline: .after(.seconds(10)))
         await container.suspend()
-        #expect(ProcLocks.held(by: getpid(), under: dir.path + "/.baton").isEmpty)
+        #expect(ProcLocks.held(by: getpid(), under: dir.path + "/.baton").isEmpty,
+                "locked after the suspension: \(ProcLocks.files(lockedBy: getpid(), under: dir.path))")
         #expect((try #require(throws: BatonError.self) { try lease.validate() }).code == .suspended)
         try await container.resume()
         try lease.validate()
