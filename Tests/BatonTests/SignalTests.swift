@@ -21,6 +21,87 @@ struct SignalTests {
         }
     }
 
+    /// Sleeping watchers as posters see them: each process entry in use with the word its
+    /// thread may sleep on (0 awake, 1 its doorbell, 2 + b group word b) and its interest.
+    static func sleepingEntries(_ path: String) throws -> [(sleeping: UInt32, interest: UInt64)] {
+        let table = try Data(contentsOf: URL(fileURLWithPath: path + "/.baton/signals"))
+        return (0..<64).compactMap { index in
+            table.withUnsafeBytes { bytes -> (UInt32, UInt64)? in
+                let base = 1024 + index * 32
+                guard bytes.loadUnaligned(fromByteOffset: base + 24, as: UInt64.self) != 0 else { return nil }
+                return (bytes.loadUnaligned(fromByteOffset: base + 8, as: UInt32.self), bytes.loadUnaligned(fromByteOffset: base + 16, as: UInt64.self))
+            }
+        }
+    }
+
+    /// Waits (10 s at most) until `condition` holds.
+    static func eventually(_ what: String, _ condition: () throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try !condition() {
+            guard ContinuousClock.now < deadline else { throw BatonError(.timedOut, "never happened: \(what)") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    @Test("processes that each watch one name sleep on its bit's group word: a post to eight of them is one wake call")
+    func oneWakeCallForAGroup() async throws {
+        let directory = try TemporaryContainer()
+        let watchers = try (0..<8).map { _ in
+            try ChildProcess(["signal", "watch", "group", "--count", "1", "--timeout", "60", "--announce"], container: directory.path)
+        }
+        defer { for watcher in watchers { watcher.signal(SIGKILL) } }
+        for watcher in watchers { try await watcher.line(timeout: 60) { $0 == "ready" } }
+        try await Self.eventually("eight watchers asleep") {
+            try Self.sleepingEntries(directory.path).filter { $0.sleeping != 0 }.count == 8
+        }
+        let entries = try Self.sleepingEntries(directory.path)
+        let bit = try #require(entries.first).interest.trailingZeroBitCount
+        #expect(entries.allSatisfy { $0.interest == UInt64(1) << UInt64(bit) && $0.sleeping == 2 + UInt32(bit) }, "\(entries)")
+        let table = try #require(try SharedContainer(path: directory.path).signals.backend as? SignalTable)
+        #expect(try table.postCountingWakes("group", state: 5) == 1)
+        for watcher in watchers {
+            #expect(try await watcher.line(timeout: 30) { $0.hasPrefix("group") } == "group state=5")
+            #expect(try await watcher.wait() == 0)
+        }
+    }
+
+    @Test("a process with names in two bits sleeps on its doorbell and is woken there; one that adds a name while asleep on a group word moves to its doorbell")
+    func doorbellAndGroupSleepers() async throws {
+        let directory = try TemporaryContainer()
+        // Each container object has its own table mapping, entry and signal thread: to the
+        // table, three processes.
+        let single = try SharedContainer(path: directory.path), double = try SharedContainer(path: directory.path)
+        let singleTable = try #require(single.signals.backend as? SignalTable)
+        let doubleTable = try #require(double.signals.backend as? SignalTable)
+        let poster = try #require(try SharedContainer(path: directory.path).signals.backend as? SignalTable)
+        let singleFan = try single.signals.observe("fan")
+        let doubleFan = try double.signals.observe("fan")
+        let fanBit = try #require(singleTable.entryForTesting).interest
+        // A second name in another bit.
+        var other: (name: String, observation: SignalObservation)?
+        for index in 0..<1_000 where other == nil {
+            let observation = try double.signals.observe("other-\(index)")
+            if try #require(doubleTable.entryForTesting).interest.nonzeroBitCount == 2 { other = ("other-\(index)", observation) }
+        }
+        let (otherName, doubleOther) = try #require(other)
+        try await Self.eventually("both asleep") {
+            singleTable.entryForTesting?.sleeping == 2 + UInt32(fanBit.trailingZeroBitCount) && doubleTable.entryForTesting?.sleeping == 1
+        }
+        // One group word, one doorbell.
+        #expect(try poster.postCountingWakes("fan", state: 1) == 2)
+        #expect(try await singleFan.next(deadline: .after(.seconds(10))).state == 1)
+        #expect(try await doubleFan.next(deadline: .after(.seconds(10))).state == 1)
+        #expect(try poster.postCountingWakes(otherName, state: 2) == 1)
+        #expect(try await doubleOther.next(deadline: .after(.seconds(10))).state == 2)
+        // The single-name process takes a name in another bit while asleep on the group word:
+        // its thread goes round and sleeps on its doorbell, where posts to either name find it.
+        let singleOther = try single.signals.observe(otherName)
+        try await Self.eventually("moved to its doorbell") { singleTable.entryForTesting?.sleeping == 1 }
+        #expect(try poster.postCountingWakes(otherName, state: 3) == 2)
+        #expect(try await singleOther.next(deadline: .after(.seconds(10))).state == 3)
+        #expect(try await doubleOther.next(deadline: .after(.seconds(10))).state == 3)
+    }
+
     @Test("every post after the observation started is followed by a delivery; posts coalesce")
     func deliveriesFollowPosts() async throws {
         let directory = try TemporaryContainer()

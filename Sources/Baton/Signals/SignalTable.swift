@@ -13,9 +13,11 @@ import Synchronization
 ///   64 sequence  (the wait word of the processes that found no entry below)
 ///   128 waiters  (processes whose signal thread may be asleep on `sequence`)
 ///   1024 process entries (64 x 32 bytes), one per observing process:
-///        0 pid (for diagnostics)   4 doorbell (wait word)   8 sleeping (1 while its thread may
-///        sleep)   16 interest (bit `slot % 64` set for each slot the process observes)
-///        24 owner token (``OwnerTokens``; 0 when free)
+///        0 pid (for diagnostics)   4 doorbell (wait word)   8 sleeping (while its thread may
+///        sleep: 1 on the doorbell, 2 + b on group word b)   16 interest (bit `slot % 64` set
+///        for each slot the process observes)   24 owner token (``OwnerTokens``; 0 when free)
+///   3072 group words (64 x 16 bytes): word b is where the processes whose interest is bit b
+///        alone sleep
 /// slots (256 bytes each), open addressing by name hash, never removed
 ///   0 status (0 empty, 1 ready)   4 name length   8 name hash (FNV-1a 64)
 ///   16 counter   24 state   32 observers (processes observing this name)
@@ -26,9 +28,13 @@ import Synchronization
 /// after it unlocks, so that a waiter sleeps in the kernel and says `busy` after
 /// ``tableLockPatience`` instead of waiting for ever on a stopped holder.
 ///
-/// A post wakes only the processes that observe a name in the same interest bit, on their own
-/// doorbell, and never the posting process's thread: the poster delivers to its own observers
-/// itself. A process owns its entry through its owner token, which the kernel releases when the
+/// A post wakes only the processes that observe a name in the same interest bit, and never the
+/// posting process's thread: the poster delivers to its own observers itself. A process whose
+/// names all fall in one bit sleeps on that bit's group word, shared with every other such
+/// process, so that one wake call reaches all of them (a post to sixteen watchers of one name is
+/// one system call, not sixteen in a row, each of which would hand the poster's processor to
+/// the process it woke before the next); a process watching names in several bits sleeps on its
+/// own doorbell, which the poster rings when any of them is posted. A process owns its entry through its owner token, which the kernel releases when the
 /// process dies or suspends, so a crashed process's entry is reused and no pid check is needed.
 /// When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
 ///
@@ -44,8 +50,10 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // under `signals.lock`.
 
     static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
-    /// 3: entries are owned through owner tokens (2 used OFD locks).
-    static let version: UInt32 = 3
+    /// 4: processes with one interest bit sleep on the bit's group word (3: on their doorbell
+    /// only; a version-3 poster would not ring a group word); 3: entries are owned through owner
+    /// tokens (2 used OFD locks).
+    static let version: UInt32 = 4
     static let headerSize = 4096
     static let slotSize = 256
     static let slotCount = 4096
@@ -53,9 +61,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     static let entryOffset = 1024
     static let entrySize = 32
     static let entryCount = 64
+    static let groupOffset = 3072
+    static let groupStride = 16
+    /// The entry's "sleeping" word: where its thread may sleep now (0: awake, or not in the
+    /// entry), read by posters to know whom to wake and on which word.
+    static let sleepsOnDoorbell: UInt32 = 1
+    static let sleepsOnGroup: UInt32 = 2
 
-    /// Whether `map` is big enough to hold the process entries.
-    private static func hasEntries(_ map: MappedFile) -> Bool { map.size >= entryOffset + entryCount * entrySize }
+    /// Whether `map` is big enough to hold the process entries and the group words.
+    private static func hasEntries(_ map: MappedFile) -> Bool { map.size >= groupOffset + entryCount * groupStride }
     static let fileName = "signals"
     static let lockName = "signals.lock"
 
@@ -283,9 +297,10 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         AddressWait.wakeAll(word(map, 64))
         guard hasEntries(map) else { return }
         for index in 0..<entryCount {
-            let doorbell = word(map, entryOffset + index * entrySize + 4)
-            baton_add32(doorbell, 1)
-            AddressWait.wakeAll(doorbell)
+            for doorbell in [word(map, entryOffset + index * entrySize + 4), groupWord(map, index)] {
+                baton_add32(doorbell, 1)
+                AddressWait.wakeAll(doorbell)
+            }
         }
     }
 
@@ -417,6 +432,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     // MARK: Memory access
 
+    /// The group word of interest bit `bit`.
+    private static func groupWord(_ map: MappedFile, _ bit: Int) -> UnsafeMutablePointer<UInt32> {
+        word(map, groupOffset + bit * groupStride)
+    }
+
     private static func word(_ map: MappedFile, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
         map.pointer.advanced(by: offset).assumingMemoryBound(to: UInt32.self)
     }
@@ -546,14 +566,28 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // MARK: SignalBackend
 
     func post(_ name: String, state value: UInt64?) throws {
-        // The doorbells to wake once the lock is released, on the stack: at most one per entry,
-        // and the table's sequence word.
+        _ = try postCountingWakes(name, state: value)
+    }
+
+    /// Where this process's signal thread may sleep now, as posters read it from its entry
+    /// (0: awake, 1: its doorbell, 2 + b: group word b), and its interest mask; `nil` without
+    /// an entry (for tests).
+    var entryForTesting: (sleeping: UInt32, interest: UInt64)? {
+        state.withLock { state in
+            state.entry.map { (baton_load32(entryWord(state.map, $0, 8)), baton_load64(entryInterest(state.map, $0))) }
+        }
+    }
+
+    /// ``post(_:state:)``, returning how many wake calls it made (for tests).
+    func postCountingWakes(_ name: String, state value: UInt64?) throws -> Int {
+        // The words to wake once the lock is released, on the stack: at most one per entry (its
+        // doorbell or its group word), and the table's sequence word.
         try withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<UInt32>.self, capacity: Self.entryCount + 1) { doorbells in
             try post(name, state: value, doorbells: doorbells)
         }
     }
 
-    private func post(_ name: String, state value: UInt64?, doorbells: UnsafeMutableBufferPointer<UnsafeMutablePointer<UInt32>>) throws {
+    private func post(_ name: String, state value: UInt64?, doorbells: UnsafeMutableBufferPointer<UnsafeMutablePointer<UInt32>>) throws -> Int {
         let (map, count, here) = try withState { state throws -> (MappedFile?, Int, Bool) in
             // A rebuild in another process retires the table, then carries its slots over: a
             // write that finds the table retired after it may have come after the copy, so it is
@@ -588,19 +622,33 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, 0, false) }
             // Ring the doorbell of every other process interested in the slot's bit (counter
             // first, then the interest: an observer registering now sets its interest, then
-            // reads the counter, so one of the two sees the other); wake those that may sleep.
+            // reads the counter, so one of the two sees the other); wake those that may sleep,
+            // on the word each sleeps on: its doorbell, or its group word, once for all the
+            // processes of the group (rung only after its sleepers were looked at: a sleeper
+            // reads the word before it says where it sleeps).
             var count = 0
             let bit = UInt64(1) << UInt64(slot % Self.entryCount)
             if Self.hasEntries(state.map) {
+                var groups: UInt64 = 0
                 for index in 0..<Self.entryCount where index != state.entry {
                     guard baton_load64(entryInterest(state.map, index)) & bit != 0,
                           baton_load64(entryToken(state.map, index)) != 0 else { continue }
                     let doorbell = entryWord(state.map, index, 4)
                     baton_add32(doorbell, 1)
-                    if baton_load32(entryWord(state.map, index, 8)) != 0 {
+                    let sleeping = baton_load32(entryWord(state.map, index, 8))
+                    if sleeping == Self.sleepsOnDoorbell {
                         doorbells.initializeElement(at: count, to: doorbell)
                         count += 1
+                    } else if sleeping >= Self.sleepsOnGroup, sleeping - Self.sleepsOnGroup < UInt32(Self.entryCount) {
+                        groups |= UInt64(1) << UInt64(sleeping - Self.sleepsOnGroup)
                     }
+                }
+                while groups != 0 {
+                    let group = Self.groupWord(state.map, groups.trailingZeroBitCount)
+                    groups &= groups - 1
+                    baton_add32(group, 1)
+                    doorbells.initializeElement(at: count, to: group)
+                    count += 1
                 }
             }
             let sequence = Self.word(state.map, 64)
@@ -616,6 +664,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         }
         // This process's own observers: delivered here rather than by waking its thread.
         if here { scan() }
+        return count
     }
 
     func state(of name: String) throws -> UInt64 {
@@ -675,11 +724,16 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // MARK: The signal thread (KernelWaitSource)
 
     /// One round of the signal thread (``KernelWaitThread``), before it sleeps: runs the queued
-    /// jobs, then says where to sleep: this process's entry doorbell (the table's sequence word
-    /// when no entry was free), or nothing while nothing is observed. In the same pass under the
-    /// lock it reads that word, says "may sleep" in the entry, then compares the observed
-    /// counters: a poster that misses the flag changed the doorbell after it was read here, so
-    /// the sleep ends at once. The deliveries (and the jobs they resume) run after the lock.
+    /// jobs, then says where to sleep: the group word of its interest bit when all its names
+    /// fall in one, its entry's doorbell otherwise (the table's sequence word when no entry was
+    /// free), or nothing while nothing is observed. In the same pass under the lock it reads
+    /// that word, says in the entry that it may sleep there, then compares the observed
+    /// counters: a poster that misses the flag changed the word after it was read here, so the
+    /// sleep ends at once. The deliveries (and the jobs they resume) run after the lock.
+    ///
+    /// A wake of this thread from within the process (a registration, a job for its executor)
+    /// rings the word it sleeps on: on a group word, the other processes of the group go round
+    /// once for nothing.
     func prepareToSleep() -> KernelWaitWatch? {
         _ = runJobs(on: jobExecutor)
         typealias Plan = (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32)
@@ -694,10 +748,22 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     state.countedAsWaiter = overflow
                 }
                 if idle { return (nil, []) }
-                let offset = state.entry.map { Self.entryOffset + $0 * Self.entrySize + 4 } ?? 64
+                // The word to sleep on: the group word of the one interest bit this process
+                // has, its doorbell when it has several, the shared word without an entry.
+                var offset = 64, sleepsOn: UInt32 = 0
+                if let entry = state.entry {
+                    let interest = baton_load64(entryInterest(state.map, entry))
+                    if interest.nonzeroBitCount == 1 {
+                        offset = Self.groupOffset + interest.trailingZeroBitCount * Self.groupStride
+                        sleepsOn = Self.sleepsOnGroup + UInt32(interest.trailingZeroBitCount)
+                    } else {
+                        offset = Self.entryOffset + entry * Self.entrySize + 4
+                        sleepsOn = Self.sleepsOnDoorbell
+                    }
+                }
                 let sleeping = state.entry.map { entryWord(state.map, $0, 8) }
                 let seen = baton_load32(Self.word(state.map, offset))
-                if let sleeping { baton_store32(sleeping, 1) }
+                if let sleeping { baton_store32(sleeping, sleepsOn) }
                 collectDeliveries(&state, into: &deliveries)
                 // A touch above that found the file cut short (the guard put zeros back): no
                 // sleep on a word of that table; the next pass rebuilds it.
