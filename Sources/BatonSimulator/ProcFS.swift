@@ -126,12 +126,38 @@ public enum ProcFS {
         return result
     }
 
-    /// The locks that `pid` holds (not merely awaits) on files under `directory`.
+    /// The locks that `pid` holds (not merely awaits) on files under `directory`, through one
+    /// of its own descriptors.
+    ///
+    /// `/proc/locks` names the process that *took* a lock, and an `flock` belongs to the open
+    /// file description, not the process: when another thread of `pid` spawns a child, the
+    /// child shares every descriptor from its fork to its exec (close-on-exec or not), so a lock
+    /// that `pid` released by closing its descriptor stays listed under `pid` until the child
+    /// closes its copy. Measured: 52 of 3,000 releases were still listed right after the
+    /// `close`, with another thread spawning. Only a lock that a descriptor of `pid` shows in its
+    /// `/proc/PID/fdinfo` (`lock:` lines) counts here.
     public static func locksHeld(by pid: Int32, under directory: String) -> [Lock] {
         let mine = locks().filter { $0.pid == pid && !$0.waiting }
         guard !mine.isEmpty else { return [] }
-        let inodes = inodes(under: directory)
-        return mine.filter { inodes.contains($0.inode) }
+        let inodes = inodes(under: directory), throughDescriptors = inodesLockedThroughDescriptors(of: pid)
+        return mine.filter { inodes.contains($0.inode) && throughDescriptors.contains($0.inode) }
+    }
+
+    /// The inodes that one of `pid`'s descriptors holds a lock on (its `fdinfo` `lock:` lines).
+    static func inodesLockedThroughDescriptors(of pid: Int32) -> Set<UInt64> {
+        guard let stream = opendir("/proc/\(pid)/fdinfo") else { return [] }
+        defer { closedir(stream) }
+        var inodes = Set<UInt64>()
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)") else { continue }
+            for line in info.split(separator: "\n") where line.hasPrefix("lock:") {
+                if let lock = Lock(line: line.dropFirst(5)), !lock.waiting { inodes.insert(lock.inode) }
+            }
+        }
+        return inodes
     }
 
     /// The files under `directory` that `pid` holds a lock on, through any of its descriptors
