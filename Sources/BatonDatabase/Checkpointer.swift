@@ -16,15 +16,19 @@ import Synchronization
 /// last checkpoint of any process covered. After each commit, its writer, still holding its turn,
 /// looks at both (``plan()``):
 /// - ``SharedDatabase/Configuration/checkpointPages`` frames are not checkpointed yet, and no
-///   checkpoint runs: the writer claims the checkpoint, hands its turn on, and runs a `PASSIVE`
-///   checkpoint while the next writer commits (``checkpoint(_:claimed:)``). A lone writer simply
-///   checkpoints between two of its commits, as SQLite would have, and SQLite starts the WAL over
-///   at its next commit.
+///   checkpoint runs: the writer claims the checkpoint, hands its turn on, and gives it to its
+///   process's ``CheckpointThread``, which runs a `PASSIVE` checkpoint on a connection of its own
+///   while the writers of every process go on committing (the writer's own call returns at once:
+///   it no longer waits for the disk's sync, 4 ms here and now and then hundreds). A database
+///   the thread cannot open has it run in the writer's call (``checkpoint(_:claimed:)``).
 /// - A checkpoint that overlapped commits leaves a tail, so SQLite cannot start the WAL over by
 ///   itself. Once the WAL holds ``restartCycles`` × `checkpointPages` frames and the tail is
 ///   short (or one cycle later whatever the tail), the writer runs a `RESTART` checkpoint in its
 ///   turn (``restart(_:tryOnce:)``): it syncs only the tail (about 1 ms here), and the next commit
-///   starts the WAL over. The WAL file so peaks near 2.3 × `checkpointPages` pages. The restart tries SQLite's locks once: a reader of
+///   starts the WAL over. The WAL file so peaks near 2.3 × `checkpointPages` pages (more when a
+///   writer commits faster than the disk syncs: a lone writer's WAL, which it once started over
+///   at every checkpoint, peaked at 2.2-4.5 cycles of 32 pages in tests, where the commits of one
+///   checkpoint's sync fill more than a cycle). The restart tries SQLite's locks once: a reader of
 ///   an old snapshot makes it give up until the WAL has grown by another quarter of
 ///   `checkpointPages`. (The shared database's size bound, a `RESTART` that waits for readers,
 ///   stays behind it.)
@@ -131,15 +135,23 @@ final class Checkpointer: Sendable {
         return .none
     }
 
-    /// Runs the checkpoint `plan` claimed, if it claimed one (after the turn was handed on).
-    func runClaimed(_ plan: Plan, on db: Database) {
-        if case .checkpoint(let claimed) = plan { checkpoint(db, claimed: claimed) }
+    /// Runs the checkpoint `plan` claimed, if it claimed one (after the turn was handed on): on
+    /// `thread`, or in this call when the thread cannot.
+    func runClaimed(_ plan: Plan, on db: Database, thread: CheckpointThread) {
+        guard case .checkpoint(let claimed) = plan, !thread.submit(claimed: claimed) else { return }
+        checkpoint(db, claimed: claimed)
     }
 
-    /// Runs the claimed `PASSIVE` checkpoint (after the turn was handed on), then records that
-    /// the frames up to `claimed` were tried: a checkpoint that readers of old snapshots cut
-    /// short is not tried again before `checkpointPages` more frames.
+    /// Called just before each claimed `PASSIVE` checkpoint, on the thread that runs it (tests
+    /// hold a checkpoint there).
+    let beforeCheckpoint = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// Runs the claimed `PASSIVE` checkpoint in the writer's call (after the turn was handed
+    /// on; when ``CheckpointThread`` cannot run it), then records that the frames up to
+    /// `claimed` were tried: a checkpoint that readers of old snapshots cut short is not tried
+    /// again before `checkpointPages` more frames.
     func checkpoint(_ db: Database, claimed: UInt32) {
+        beforeCheckpoint.withLock { $0 }?()
         var log: Int32 = 0, done: Int32 = 0
         _ = sqlite3_wal_checkpoint_v2(db.sqliteConnection, nil, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
         finishCheckpoint(claimed: claimed)

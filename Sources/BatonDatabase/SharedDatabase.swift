@@ -98,6 +98,8 @@ public final class SharedDatabase: Sendable {
     let tryOnce = InterruptionFlag()
     /// Schedules the WAL checkpoints of this process's writer (see ``Checkpointer``).
     let checkpointer: Checkpointer
+    /// Runs the `PASSIVE` checkpoints this process's writers claim, outside their calls.
+    let checkpointThread: CheckpointThread
     /// Set while a writer runs a `RESTART` checkpoint: SQLite's lock waits are kept short.
     let checkpointing = InterruptionFlag()
     private let state = Mutex(State())
@@ -149,10 +151,14 @@ public final class SharedDatabase: Sendable {
         self.commitSignal = "baton.db.\(identifier)"
         self.writerQueue = try TicketLock(container, name: "database/\(identifier).queue")
         self.checkpointer = Checkpointer(pages: configuration.checkpointPages, queue: writerQueue)
+        self.checkpointThread = CheckpointThread(path: path, checkpointer: checkpointer)
         self.commitSignals = try? container.signals
+        checkpointThread.attach(.init(begin: { [weak self] in self?.beginBackgroundOperation() ?? false },
+                                      end: { [weak self] in self?.leave() }))
     }
 
     deinit {
+        checkpointThread.stop()
         releaseKeptTurn()
         let (pool, token) = state.withLock { state in
             state.versionReader.close()
@@ -404,7 +410,7 @@ public final class SharedDatabase: Sendable {
             return try pool.writeWithoutTransaction { db in
                 var plan = Checkpointer.Plan.none
                 let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                self.checkpointer.runClaimed(plan, on: db)
+                self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread)
                 return done
             }
         } catch {
@@ -478,7 +484,7 @@ public final class SharedDatabase: Sendable {
                 try await pool.writeWithoutTransaction { db in
                     var plan = Checkpointer.Plan.none
                     try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
-                    self.checkpointer.runClaimed(plan, on: db)
+                    self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread)
                 }
             } onCancel: {
                 cancelled.set(true)
@@ -641,6 +647,18 @@ public final class SharedDatabase: Sendable {
         }
     }
 
+    /// Counts an operation that the process starts by itself (a checkpoint on its own thread):
+    /// `false`, and nothing counted, while the database is suspended or closed by a suspension
+    /// (unlike ``enter(writing:)``, it never opens the pool again).
+    private func beginBackgroundOperation() -> Bool {
+        if isReadOnly || container.suspension.isExpired { return false }
+        return state.withLock { state -> Bool in
+            guard state.depth == 0, state.pool != nil, !state.poolClosed else { return false }
+            state.active += 1
+            return true
+        }
+    }
+
     private func leave() {
         let drainers = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.active -= 1
@@ -720,6 +738,9 @@ public final class SharedDatabase: Sendable {
             // Statements that run now are interrupted; the flags stop the ones that start later.
             pool?.interrupt()
         }
+        // A checkpoint on the checkpoint thread is cut short (it is one of the operations
+        // waited for below); none starts from now on.
+        checkpointThread.interrupt()
         // (Otherwise the writer connection's progress handler, which reads the flag every few
         // steps of SQLite's virtual machine, interrupts its running statement if it runs in a
         // write transaction; reads go on, on every connection.)
@@ -731,6 +752,9 @@ public final class SharedDatabase: Sendable {
             }
             if drained { continuation.resume() }
         }
+        // Idle, it holds what an idle WAL reader holds; closed all the same, and opened again
+        // by the next claim after the resume.
+        checkpointThread.closeConnection()
         if let pool, !isReadOnly {
             // A write through the plain pool may still hold its transaction open between two
             // statements: once it has returned, roll back whatever it left open. Then the writer

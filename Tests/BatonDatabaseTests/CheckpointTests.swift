@@ -3,6 +3,8 @@ import Baton
 import BatonFixtures
 import Foundation
 import GRDB
+import GRDBSQLite
+import Synchronization
 import BatonTestSupport
 import Testing
 
@@ -80,7 +82,7 @@ struct CheckpointTests {
         #expect(queueA.progress == 0)
     }
 
-    @Test("a lone writer hands its turn on before it checkpoints, and its WAL starts over every checkpoint")
+    @Test("a lone writer hands its turn on before it checkpoints, and its WAL starts over again and again")
     func loneWriterCheckpointsOutsideItsTurn() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
@@ -105,8 +107,140 @@ struct CheckpointTests {
         #expect(restarts >= 10, "WAL restarts: \(restarts)")
         // SQLite's automatic checkpoint is replaced, and a passive checkpoint with no other
         // writer covers the whole WAL, so SQLite starts it over at the next commit.
-        #expect(longestWAL <= 32 + 4, "longest WAL: \(longestWAL) frames")
+        print("lone writer: longest WAL \(longestWAL) frames, \(restarts) restarts, \(handedOn) hand-offs")
+        // The checkpoint thread runs while the writer goes on committing, so the WAL grows
+        // past a cycle while it syncs (67-166 frames in runs here, for 32-page cycles; about
+        // 1,000 frames if nothing started it over); the writer's in-turn restarts bring it back.
+        #expect(longestWAL <= 32 * 8, "longest WAL: \(longestWAL) frames")
         #expect(try await count(database) == 500)
+    }
+
+    final class Started: Sendable {
+        let names = Mutex<[String]>([])
+        var all: [String] { names.withLock { $0 } }
+    }
+
+    /// A gate that holds checkpoints at their start, opened by the test or, 10 s after it was
+    /// closed, by itself (so that a checkpoint held in a write call fails the test instead of
+    /// hanging it); `openedByItself` says which.
+    final class Gate: Sendable {
+        private let semaphore = DispatchSemaphore(value: 0)
+        private let opened = Mutex<(open: Bool, byItself: Bool)>((false, false))
+
+        init() {
+            Task { [self] in
+                try? await Task.sleep(for: .seconds(10))
+                open(byItself: true)
+            }
+        }
+
+        func open(byItself: Bool = false) {
+            let first = opened.withLock { state -> Bool in
+                defer { state.open = true }
+                if !state.open { state.byItself = byItself }
+                return !state.open
+            }
+            if first { semaphore.signal() }
+        }
+
+        var openedByItself: Bool { opened.withLock { $0.byItself } }
+
+        func pass() {
+            semaphore.wait()
+            semaphore.signal()
+        }
+    }
+
+    /// Opens a database whose checkpoints are claimed every 32 pages; the checkpoints from the
+    /// `heldFrom`-th on (1: all) wait at their start for `gate`. `started` records the
+    /// checkpoints that reached their start, by the name of the thread that ran each.
+    static func heldCheckpoints(_ directory: TemporaryContainer, heldFrom: Int = 1, suspensionMode: SharedDatabase.SuspensionMode = .rollsBackWrites) async throws -> (SharedDatabase, SharedContainer, gate: Gate, started: Started) {
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.checkpointPages = 32
+        configuration.suspensionMode = suspensionMode
+        let database = try await SharedDatabase.open(at: directory.path + "/app.sqlite", container: container, migrator: TestSchema.migrator(), configuration: configuration)
+        let gate = Gate()
+        let started = Started()
+        database.checkpointer.beforeCheckpoint.withLock {
+            $0 = {
+                let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+                let count = started.names.withLock { names -> Int in
+                    names.append(name)
+                    return names.count
+                }
+                if count >= heldFrom { gate.pass() }
+            }
+        }
+        return (database, container, gate, started)
+    }
+
+    /// Writes rows of `writer` until `done` holds (60 s at most).
+    static func writeUntil(_ database: SharedDatabase, writer: Int, _ what: String, _ done: @escaping @Sendable () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        var seq = 0
+        while !done() {
+            guard ContinuousClock.now < deadline else { throw TestFailure("\(what) did not happen within 60 s") }
+            let value = seq
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (?, ?)", arguments: [writer, value]) }
+            seq += 1
+        }
+    }
+
+    @Test("a claimed checkpoint runs on the checkpoint thread: writes go on, in this process too, while it waits for the disk")
+    func claimedCheckpointRunsOutsideTheWriteCall() async throws {
+        let directory = try TemporaryContainer()
+        let (database, _, gate, started) = try await Self.heldCheckpoints(directory)
+        defer { gate.open() }
+        try await Self.writeUntil(database, writer: 1, "a checkpoint starting") { !started.all.isEmpty }
+        // Held at its start, as a disk that stalls its sync would hold it: this process's
+        // writes go on meanwhile. (Run in the write call that claimed it, that call would
+        // have waited for the gate, which opens by itself after 10 s.)
+        for seq in 0..<200 {
+            try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
+        }
+        #expect(!gate.openedByItself, "the writes waited for the held checkpoint")
+        gate.open()
+        #expect(started.all == ["baton-checkpt"])
+        // Let go, it covers the WAL, and the next checkpoints run there too.
+        try await Self.writeUntil(database, writer: 3, "more checkpoints") { started.all.count >= 3 }
+        #expect(started.all.allSatisfy { $0 == "baton-checkpt" }, "\(started.all)")
+        #expect(database.checkpointThread.unavailableReason == nil)
+        // Each one copied the WAL's frames into the database (a connection that has not read
+        // the database yet does nothing and says SQLITE_OK, with -1 frames).
+        let results = database.checkpointThread.results
+        #expect(results.count >= 2 && results.allSatisfy { $0.code == SQLITE_OK && $0.log > 0 && $0.done > 0 }, "\(results)")
+        let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
+        #expect(integrity == "ok")
+    }
+
+    @Test("a suspension waits for a running checkpoint (cut short), then holds no lock of the database; checkpoints resume after")
+    func suspensionWaitsForTheCheckpointThread() async throws {
+        let directory = try TemporaryContainer()
+        // Connections closed by the suspension: then no lock at all may stay, the checkpoint
+        // thread's connection's included (which ran one whole checkpoint first: idle, it holds
+        // what an idle WAL connection holds).
+        let (database, container, gate, started) = try await Self.heldCheckpoints(directory, heldFrom: 2, suspensionMode: .closesConnections)
+        defer { gate.open() }
+        try await Self.writeUntil(database, writer: 1, "a second checkpoint starting") { started.all.count >= 2 }
+        let suspended = Started()
+        let suspension = Task {
+            await container.suspend()
+            suspended.names.withLock { $0.append("suspended") }
+        }
+        // The checkpoint is one of the database's operations: the suspension waits for it.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(suspended.all.isEmpty, "the suspension did not wait for the running checkpoint")
+        gate.open()
+        await suspension.value
+        #expect(ProcLocks.held(by: getpid(), under: directory.path, exceptOwnerTokens: true).isEmpty,
+                "locks after suspend: \(ProcLocks.files(lockedBy: getpid(), under: directory.path))")
+        try await container.resume()
+        let before = started.all.count
+        try await Self.writeUntil(database, writer: 4, "a checkpoint after the resume") { started.all.count > before }
+        #expect(started.all.allSatisfy { $0 == "baton-checkpt" }, "\(started.all)")
+        let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
+        #expect(integrity == "ok")
     }
 
     @Test("4 writer processes whose checkpoints overlap their commits keep the WAL short")

@@ -1,0 +1,195 @@
+import Baton
+import CBatonShims
+import GRDB
+import GRDBSQLite
+import Synchronization
+
+/// The claimed `PASSIVE` checkpoints of one shared database, run on a connection and a thread
+/// of their own, so that no write call waits for them.
+///
+/// A checkpoint copies the WAL's pages into the database file and syncs both: about 4 ms on
+/// the machines here, and as long as the disk takes to sync when it stalls (one took 416 ms
+/// in a benchmark run). The writer that claims it (``Checkpointer/plan()``) hands its turn on
+/// first, so the other writers do not wait; run inside that writer's own call, though, it made
+/// that call the slowest of the run. Here the call returns at once, and the checkpoint runs
+/// while this process and the others go on committing (a `PASSIVE` checkpoint takes no lock a
+/// writer needs). The in-turn `RESTART` of a short tail stays with the writer.
+///
+/// The connection is opened on the first claim, read-write, with the SQLite library GRDB uses
+/// (GRDBSQLite: one library's bookkeeping of the process's POSIX locks, so that closing one
+/// connection never releases another's), and holds no lock between checkpoints but what an
+/// idle WAL connection holds. A database this connection cannot work on (it cannot be opened,
+/// or its checkpoint fails for another reason than a busy lock or an interruption: an
+/// encrypted database whose key only GRDB's connections get, say) has its checkpoints run in
+/// the writer's call, as before, from then on.
+///
+/// Suspension: a checkpoint counts as an operation of the database (``SharedDatabase``'s
+/// suspension waits for it, after interrupting it), none starts while the database is
+/// suspended (its claim is left to expire: ``Checkpointer/plan()``), and the connection is
+/// closed with the suspension and opened again on the next claim.
+final class CheckpointThread: @unchecked Sendable {
+    // @unchecked: `word` is private memory touched only with atomics and ``AddressWait``;
+    // everything else mutable is in `state` (a Mutex).
+    /// What the thread needs from its database, without holding it.
+    struct Hooks: Sendable {
+        /// Counts a checkpoint as an operation of the database; `false` while it is suspended
+        /// or gone (the checkpoint is skipped).
+        var begin: @Sendable () -> Bool
+        /// Ends what `begin` counted.
+        var end: @Sendable () -> Void
+    }
+
+    private struct State {
+        var handle: OpaquePointer?
+        /// Whether checkpoints run in the writer's call (see the type's notes), and why.
+        var unavailable: String?
+        var claims: [UInt32] = []
+        /// Whether the thread is started (it stays until ``stop()``).
+        var started = false
+        /// Whether a checkpoint runs on the connection now.
+        var running = false
+        var stopped = false
+        /// Set once, by the database (``attach(_:)``).
+        var hooks: Hooks?
+        /// What each checkpoint returned: SQLite's code, the WAL's frames and those in the
+        /// database (for tests).
+        var checkpoints: [(code: Int32, log: Int32, done: Int32)] = []
+    }
+
+    private let path: String
+    private let checkpointer: Checkpointer
+    private let state = Mutex(State())
+    /// The thread's wait word: moved by every claim and by ``stop()``.
+    private let word: UnsafeMutablePointer<UInt32>
+
+    init(path: String, checkpointer: Checkpointer) {
+        self.path = path
+        self.checkpointer = checkpointer
+        word = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+        word.initialize(to: 0)
+    }
+
+    deinit {
+        // The thread holds this object while it runs: it has ended (``stop()``).
+        if let handle = state.withLock({ $0.handle }) { sqlite3_close_v2(handle) }
+        word.deallocate()
+    }
+
+    /// Sets what the thread asks its database (before the first ``submit(claimed:)``).
+    func attach(_ hooks: Hooks) {
+        state.withLock { $0.hooks = hooks }
+    }
+
+    /// What each checkpoint run here returned (for tests).
+    var results: [(code: Int32, log: Int32, done: Int32)] { state.withLock { $0.checkpoints } }
+
+    /// Why checkpoints run in the writer's call, if they do (for diagnostics and tests).
+    var unavailableReason: String? { state.withLock { $0.unavailable } }
+
+    /// Hands the checkpoint claimed at `claimed` frames to the thread; `false` when it must run
+    /// in the caller's call (this database's checkpoints cannot run here, or the thread was
+    /// stopped).
+    func submit(claimed: UInt32) -> Bool {
+        let start = state.withLock { state -> Bool? in
+            guard state.unavailable == nil, !state.stopped, state.hooks != nil else { return nil }
+            state.claims.append(claimed)
+            defer { state.started = true }
+            return !state.started
+        }
+        guard let start else { return false }
+        if start { KernelThread.spawn(name: "baton-checkpt") { [self] in run() } }
+        baton_add32(word, 1)
+        AddressWait.wakeOne(word)
+        return true
+    }
+
+    /// Interrupts the checkpoint that runs now, if one does (a suspension).
+    func interrupt() {
+        state.withLock { state in
+            if state.running, let handle = state.handle { sqlite3_interrupt(handle) }
+        }
+    }
+
+    /// Closes the connection (a suspension, once no checkpoint runs: it is one of the
+    /// database's operations, which the suspension waited for). The next claim opens it again.
+    func closeConnection() {
+        let handle = state.withLock { state -> OpaquePointer? in
+            guard !state.running else { return nil }
+            defer { state.handle = nil }
+            return state.handle
+        }
+        if let handle { sqlite3_close_v2(handle) }
+    }
+
+    /// Ends the thread after the checkpoint it runs, if any; claims not started are dropped
+    /// (each expires: ``Checkpointer/plan()``).
+    func stop() {
+        state.withLock { $0.stopped = true }
+        baton_add32(word, 1)
+        AddressWait.wakeOne(word)
+    }
+
+    private func run() {
+        while true {
+            let seen = baton_load32(word)
+            let next = state.withLock { state -> UInt32?? in
+                if state.stopped { return .some(nil) }
+                return state.claims.isEmpty ? .none : .some(state.claims.removeFirst())
+            }
+            switch next {
+            case .some(nil):
+                return
+            case .some(let claimed?):
+                checkpoint(claimed: claimed)
+            case .none:
+                _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: -1)
+            }
+        }
+    }
+
+    private func checkpoint(claimed: UInt32) {
+        guard let hooks = state.withLock({ $0.hooks }), hooks.begin() else { return }
+        defer { hooks.end() }
+        let handle = state.withLock { state -> OpaquePointer? in
+            if state.handle == nil, state.unavailable == nil {
+                var handle: OpaquePointer?
+                let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+                // A read of the database's header, so that the connection knows it is in WAL
+                // mode and opens the WAL (a checkpoint on a connection that has read nothing
+                // yet does nothing and says SQLITE_OK).
+                var read = code
+                if code == SQLITE_OK, handle != nil { read = sqlite3_exec(handle, "PRAGMA schema_version", nil, nil, nil) }
+                if code == SQLITE_OK, read == SQLITE_OK, let handle {
+                    sqlite3_extended_result_codes(handle, 1)
+                    state.handle = handle
+                } else if code == SQLITE_OK {
+                    state.unavailable = "reading the database on a connection of its own failed: \(Self.message(handle, read))"
+                    sqlite3_close_v2(handle)
+                } else {
+                    state.unavailable = "opening a connection of its own failed: \(Self.message(handle, code))"
+                    sqlite3_close_v2(handle)
+                }
+            }
+            state.running = state.handle != nil
+            return state.handle
+        }
+        guard let handle else { return }
+        checkpointer.beforeCheckpoint.withLock { $0 }?()
+        var log: Int32 = 0, done: Int32 = 0
+        let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
+        state.withLock { state in
+            state.running = false
+            state.checkpoints.append((code, log, done))
+            let primary = code & 0xff
+            if primary != SQLITE_OK && primary != SQLITE_BUSY && primary != SQLITE_INTERRUPT && primary != SQLITE_LOCKED {
+                state.unavailable = "its checkpoint failed: \(Self.message(handle, code))"
+            }
+        }
+        checkpointer.finishCheckpoint(claimed: claimed)
+    }
+
+    private static func message(_ handle: OpaquePointer?, _ code: Int32) -> String {
+        let text = handle.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+        return "\(text) (SQLite code \(code))"
+    }
+}
