@@ -13,7 +13,9 @@ import Synchronization
 /// first, so the other writers do not wait; run inside that writer's own call, though, it made
 /// that call the slowest of the run. Here the call returns at once, and the checkpoint runs
 /// while this process and the others go on committing (a `PASSIVE` checkpoint takes no lock a
-/// writer needs). The in-turn `RESTART` of a short tail stays with the writer.
+/// writer needs), unless the writers of this process have gone a whole cycle past a checkpoint
+/// that is still running: the writer that claims the next one waits for it (see
+/// ``submit(claimed:patience:)``). The in-turn `RESTART` of a short tail stays with the writer.
 ///
 /// The connection is opened on the first claim, read-write, with the SQLite library GRDB uses
 /// (GRDBSQLite: one library's bookkeeping of the process's POSIX locks, so that closing one
@@ -44,6 +46,9 @@ final class CheckpointThread: @unchecked Sendable {
         /// Whether checkpoints run in the writer's call (see the type's notes), and why.
         var unavailable: String?
         var claims: [UInt32] = []
+        /// Claims handed over, and claims the thread has finished with (run or skipped).
+        var submitted: UInt64 = 0
+        var finished: UInt64 = 0
         /// Whether the thread is started (it stays until ``stop()``).
         var started = false
         /// Whether a checkpoint runs on the connection now.
@@ -61,24 +66,33 @@ final class CheckpointThread: @unchecked Sendable {
     private let state = Mutex(State())
     /// The thread's wait word: moved by every claim and by ``stop()``.
     private let word: UnsafeMutablePointer<UInt32>
+    /// Moved whenever the thread finishes with a claim (and by ``stop()``): what a writer that
+    /// claimed behind an unfinished checkpoint waits on.
+    private let progress: UnsafeMutablePointer<UInt32>
 
     init(path: String, checkpointer: Checkpointer) {
         self.path = path
         self.checkpointer = checkpointer
         word = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
         word.initialize(to: 0)
+        progress = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+        progress.initialize(to: 0)
     }
 
     deinit {
         // The thread holds this object while it runs: it has ended (``stop()``).
         if let handle = state.withLock({ $0.handle }) { sqlite3_close_v2(handle) }
         word.deallocate()
+        progress.deallocate()
     }
 
     /// Sets what the thread asks its database (before the first ``submit(claimed:)``).
     func attach(_ hooks: Hooks) {
         state.withLock { $0.hooks = hooks }
     }
+
+    /// How many claims were handed to the thread (for tests).
+    var submittedCount: UInt64 { state.withLock { $0.submitted } }
 
     /// What each checkpoint run here returned (for tests).
     var results: [(code: Int32, log: Int32, done: Int32)] { state.withLock { $0.checkpoints } }
@@ -89,18 +103,40 @@ final class CheckpointThread: @unchecked Sendable {
     /// Hands the checkpoint claimed at `claimed` frames to the thread; `false` when it must run
     /// in the caller's call (this database's checkpoints cannot run here, or the thread was
     /// stopped).
-    func submit(claimed: UInt32) -> Bool {
-        let start = state.withLock { state -> Bool? in
+    ///
+    /// When a checkpoint this process claimed earlier is not finished yet (the writers went a
+    /// whole cycle further while it ran), the caller waits for it here, `patience` at most,
+    /// sleeping in the kernel: a process whose writers outpace the disk is held back as SQLite
+    /// holds back a writer that checkpoints in its `COMMIT`, and its WAL stays near two cycles
+    /// long, instead of growing while the checkpoints queue up. (The caller has handed its turn
+    /// on: the other processes' writers are not held back.)
+    func submit(claimed: UInt32, patience: Duration) -> Bool {
+        let submission = state.withLock { state -> (start: Bool, behind: UInt64)? in
             guard state.unavailable == nil, !state.stopped, state.hooks != nil else { return nil }
             state.claims.append(claimed)
+            state.submitted += 1
             defer { state.started = true }
-            return !state.started
+            return (!state.started, state.submitted - 1)
         }
-        guard let start else { return false }
-        if start { KernelThread.spawn(name: "baton-checkpt") { [self] in run() } }
+        guard let submission else { return false }
+        if submission.start { KernelThread.spawn(name: "baton-checkpt") { [self] in run() } }
         baton_add32(word, 1)
         AddressWait.wakeOne(word)
+        waitUntilFinished(submission.behind, patience: patience)
         return true
+    }
+
+    /// Sleeps until the thread has finished with the first `count` claims (or stopped), for
+    /// `patience` at most.
+    private func waitUntilFinished(_ count: UInt64, patience: Duration) {
+        let deadline = baton_monotonic_ns() &+ UInt64(clamping: patience.nanoseconds)
+        while true {
+            let seen = baton_load32(progress)
+            let done = state.withLock { $0.finished >= count || $0.stopped }
+            let now = baton_monotonic_ns()
+            if done || now >= deadline { return }
+            _ = AddressWait.wait(on: progress, expecting: seen, timeoutNanoseconds: Int64(clamping: deadline - now))
+        }
     }
 
     /// Interrupts the checkpoint that runs now, if one does (a suspension).
@@ -127,6 +163,8 @@ final class CheckpointThread: @unchecked Sendable {
         state.withLock { $0.stopped = true }
         baton_add32(word, 1)
         AddressWait.wakeOne(word)
+        baton_add32(progress, 1)
+        AddressWait.wakeAll(progress)
     }
 
     private func run() {
@@ -141,6 +179,9 @@ final class CheckpointThread: @unchecked Sendable {
                 return
             case .some(let claimed?):
                 checkpoint(claimed: claimed)
+                state.withLock { $0.finished += 1 }
+                baton_add32(progress, 1)
+                AddressWait.wakeAll(progress)
             case .none:
                 _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: -1)
             }

@@ -19,16 +19,18 @@ import Synchronization
 ///   checkpoint runs: the writer claims the checkpoint, hands its turn on, and gives it to its
 ///   process's ``CheckpointThread``, which runs a `PASSIVE` checkpoint on a connection of its own
 ///   while the writers of every process go on committing (the writer's own call returns at once:
-///   it no longer waits for the disk's sync, 4 ms here and now and then hundreds). A database
+///   it no longer waits for the disk's sync, 4 ms here and now and then hundreds, unless its
+///   process's writers have gone a whole cycle past a checkpoint still running). A database
 ///   the thread cannot open has it run in the writer's call (``checkpoint(_:claimed:)``).
 /// - A checkpoint that overlapped commits leaves a tail, so SQLite cannot start the WAL over by
 ///   itself. Once the WAL holds ``restartCycles`` × `checkpointPages` frames and the tail is
 ///   short (or one cycle later whatever the tail), the writer runs a `RESTART` checkpoint in its
 ///   turn (``restart(_:tryOnce:)``): it syncs only the tail (about 1 ms here), and the next commit
-///   starts the WAL over. The WAL file so peaks near 2.3 × `checkpointPages` pages (more when a
-///   writer commits faster than the disk syncs: a lone writer's WAL, which it once started over
-///   at every checkpoint, peaked at 2.2-4.5 cycles of 32 pages in tests, where the commits of one
-///   checkpoint's sync fill more than a cycle). The restart tries SQLite's locks once: a reader of
+///   starts the WAL over. The WAL file so peaks near 2.3 × `checkpointPages` pages, a little more
+///   when a writer commits faster than the disk syncs (a lone writer's WAL, which it once started
+///   over at every checkpoint, peaked at 2.2-3.4 cycles of 32 pages in tests): a writer that
+///   claims a checkpoint while one of its process's is still running waits for that one
+///   (``CheckpointThread/submit(claimed:patience:)``). The restart tries SQLite's locks once: a reader of
 ///   an old snapshot makes it give up until the WAL has grown by another quarter of
 ///   `checkpointPages`. (The shared database's size bound, a `RESTART` that waits for readers,
 ///   stays behind it.)
@@ -136,9 +138,10 @@ final class Checkpointer: Sendable {
     }
 
     /// Runs the checkpoint `plan` claimed, if it claimed one (after the turn was handed on): on
-    /// `thread`, or in this call when the thread cannot.
-    func runClaimed(_ plan: Plan, on db: Database, thread: CheckpointThread) {
-        guard case .checkpoint(let claimed) = plan, !thread.submit(claimed: claimed) else { return }
+    /// `thread` (waiting, `patience` at most, for an earlier one of this process that is not
+    /// finished), or in this call when the thread cannot.
+    func runClaimed(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
+        guard case .checkpoint(let claimed) = plan, !thread.submit(claimed: claimed, patience: patience) else { return }
         checkpoint(db, claimed: claimed)
     }
 

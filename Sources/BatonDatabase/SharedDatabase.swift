@@ -410,7 +410,7 @@ public final class SharedDatabase: Sendable {
             return try pool.writeWithoutTransaction { db in
                 var plan = Checkpointer.Plan.none
                 let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread)
+                self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
                 return done
             }
         } catch {
@@ -484,7 +484,7 @@ public final class SharedDatabase: Sendable {
                 try await pool.writeWithoutTransaction { db in
                     var plan = Checkpointer.Plan.none
                     try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
-                    self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread)
+                    self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
                 }
             } onCancel: {
                 cancelled.set(true)

@@ -104,13 +104,15 @@ struct CheckpointTests {
             lastFrames = frames
         }
         #expect(handedOn >= 10, "checkpoints that handed the turn on: \(handedOn)")
-        #expect(restarts >= 10, "WAL restarts: \(restarts)")
+        #expect(restarts >= 5, "WAL restarts: \(restarts)")
         // SQLite's automatic checkpoint is replaced, and a passive checkpoint with no other
         // writer covers the whole WAL, so SQLite starts it over at the next commit.
         print("lone writer: longest WAL \(longestWAL) frames, \(restarts) restarts, \(handedOn) hand-offs")
         // The checkpoint thread runs while the writer goes on committing, so the WAL grows
-        // past a cycle while it syncs (67-166 frames in runs here, for 32-page cycles; about
-        // 1,000 frames if nothing started it over); the writer's in-turn restarts bring it back.
+        // past a cycle while it syncs, up to a second cycle, where the writer waits for it
+        // (69-108 frames in runs here for 32-page cycles, under two CPU-bound processes too;
+        // 310 in a loaded run before the writer waited; about 1,000 if nothing started the
+        // WAL over); the writer's in-turn restarts bring it back.
         #expect(longestWAL <= 32 * 8, "longest WAL: \(longestWAL) frames")
         #expect(try await count(database) == 500)
     }
@@ -159,6 +161,9 @@ struct CheckpointTests {
         var configuration = SharedDatabase.Configuration()
         configuration.checkpointPages = 32
         configuration.suspensionMode = suspensionMode
+        // A writer that claims behind a held checkpoint waits for it this long at most: longer
+        // than the gate stays closed.
+        configuration.busyTimeout = .seconds(30)
         let database = try await SharedDatabase.open(at: directory.path + "/app.sqlite", container: container, migrator: TestSchema.migrator(), configuration: configuration)
         let gate = Gate()
         let started = Started()
@@ -175,6 +180,17 @@ struct CheckpointTests {
         return (database, container, gate, started)
     }
 
+    /// Writes rows of `writer` until `count` checkpoints were claimed (handed to the thread),
+    /// then waits until the thread has started them (and holds the last one).
+    static func writeUntilStarted(_ count: Int, _ database: SharedDatabase, started: Started) async throws {
+        try await writeUntil(database, writer: 1, "\(count) checkpoints claimed") { database.checkpointThread.submittedCount >= count }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while started.all.count < count {
+            guard ContinuousClock.now < deadline else { throw TestFailure("the checkpoint thread did not start \(count) checkpoints within 30 s") }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
     /// Writes rows of `writer` until `done` holds (60 s at most).
     static func writeUntil(_ database: SharedDatabase, writer: Int, _ what: String, _ done: @escaping @Sendable () -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(60)
@@ -187,23 +203,36 @@ struct CheckpointTests {
         }
     }
 
-    @Test("a claimed checkpoint runs on the checkpoint thread: writes go on, in this process too, while it waits for the disk")
+    @Test("a claimed checkpoint runs on the checkpoint thread: writes go on while it waits for the disk, until the writers have gone a whole cycle further")
     func claimedCheckpointRunsOutsideTheWriteCall() async throws {
         let directory = try TemporaryContainer()
         let (database, _, gate, started) = try await Self.heldCheckpoints(directory)
         defer { gate.open() }
-        try await Self.writeUntil(database, writer: 1, "a checkpoint starting") { !started.all.isEmpty }
+        try await Self.writeUntilStarted(1, database, started: started)
         // Held at its start, as a disk that stalls its sync would hold it: this process's
         // writes go on meanwhile. (Run in the write call that claimed it, that call would
         // have waited for the gate, which opens by itself after 10 s.)
-        for seq in 0..<200 {
+        for seq in 0..<5 {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
         }
         #expect(!gate.openedByItself, "the writes waited for the held checkpoint")
-        gate.open()
         #expect(started.all == ["baton-checkpt"])
+        // A whole cycle further, the write that claims the next checkpoint waits for the held
+        // one: the WAL does not grow while checkpoints queue up behind a stalled disk.
+        let writes = Task {
+            for seq in 0..<300 {
+                try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, ?)", arguments: [seq]) }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let frames = database.checkpointer.walFrames
+        #expect(frames <= 32 * 3, "the WAL grew to \(frames) frames behind the held checkpoint")
+        #expect(started.all.count == 1)
+        gate.open()
+        try await writes.value
+        #expect(!gate.openedByItself)
         // Let go, it covers the WAL, and the next checkpoints run there too.
-        try await Self.writeUntil(database, writer: 3, "more checkpoints") { started.all.count >= 3 }
+        try await Self.writeUntil(database, writer: 4, "more checkpoints") { started.all.count >= 3 }
         #expect(started.all.allSatisfy { $0 == "baton-checkpt" }, "\(started.all)")
         #expect(database.checkpointThread.unavailableReason == nil)
         // Each one copied the WAL's frames into the database (a connection that has not read
@@ -212,6 +241,7 @@ struct CheckpointTests {
         #expect(results.count >= 2 && results.allSatisfy { $0.code == SQLITE_OK && $0.log > 0 && $0.done > 0 }, "\(results)")
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")
+        #expect(try await count(database) >= 305)
     }
 
     @Test("a suspension waits for a running checkpoint (cut short), then holds no lock of the database; checkpoints resume after")
@@ -222,7 +252,7 @@ struct CheckpointTests {
         // what an idle WAL connection holds).
         let (database, container, gate, started) = try await Self.heldCheckpoints(directory, heldFrom: 2, suspensionMode: .closesConnections)
         defer { gate.open() }
-        try await Self.writeUntil(database, writer: 1, "a second checkpoint starting") { started.all.count >= 2 }
+        try await Self.writeUntilStarted(2, database, started: started)
         let suspended = Started()
         let suspension = Task {
             await container.suspend()
