@@ -41,8 +41,14 @@ final class CheckpointThread: @unchecked Sendable {
         var end: @Sendable () -> Void
     }
 
+    /// The thread's SQLite connection (`SQLITE_OPEN_NOMUTEX`: only the thread uses it, and
+    /// ``interrupt()``, which SQLite allows from any thread).
+    private struct Connection: @unchecked Sendable {
+        let handle: OpaquePointer
+    }
+
     private struct State {
-        var handle: OpaquePointer?
+        var connection: Connection?
         /// Whether checkpoints run in the writer's call (see the type's notes), and why.
         var unavailable: String?
         var claims: [UInt32] = []
@@ -81,7 +87,7 @@ final class CheckpointThread: @unchecked Sendable {
 
     deinit {
         // The thread holds this object while it runs: it has ended (``stop()``).
-        if let handle = state.withLock({ $0.handle }) { sqlite3_close_v2(handle) }
+        if let connection = state.withLock({ $0.connection }) { sqlite3_close_v2(connection.handle) }
         word.deallocate()
         progress.deallocate()
     }
@@ -142,19 +148,19 @@ final class CheckpointThread: @unchecked Sendable {
     /// Interrupts the checkpoint that runs now, if one does (a suspension).
     func interrupt() {
         state.withLock { state in
-            if state.running, let handle = state.handle { sqlite3_interrupt(handle) }
+            if state.running, let connection = state.connection { sqlite3_interrupt(connection.handle) }
         }
     }
 
     /// Closes the connection (a suspension, once no checkpoint runs: it is one of the
     /// database's operations, which the suspension waited for). The next claim opens it again.
     func closeConnection() {
-        let handle = state.withLock { state -> OpaquePointer? in
+        let connection = state.withLock { state -> Connection? in
             guard !state.running else { return nil }
-            defer { state.handle = nil }
-            return state.handle
+            defer { state.connection = nil }
+            return state.connection
         }
-        if let handle { sqlite3_close_v2(handle) }
+        if let connection { sqlite3_close_v2(connection.handle) }
     }
 
     /// Ends the thread after the checkpoint it runs, if any; claims not started are dropped
@@ -191,42 +197,66 @@ final class CheckpointThread: @unchecked Sendable {
     private func checkpoint(claimed: UInt32) {
         guard let hooks = state.withLock({ $0.hooks }), hooks.begin() else { return }
         defer { hooks.end() }
-        let handle = state.withLock { state -> OpaquePointer? in
-            if state.handle == nil, state.unavailable == nil {
-                var handle: OpaquePointer?
-                let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
-                // A read of the database's header, so that the connection knows it is in WAL
-                // mode and opens the WAL (a checkpoint on a connection that has read nothing
-                // yet does nothing and says SQLITE_OK).
-                var read = code
-                if code == SQLITE_OK, handle != nil { read = sqlite3_exec(handle, "PRAGMA schema_version", nil, nil, nil) }
-                if code == SQLITE_OK, read == SQLITE_OK, let handle {
-                    sqlite3_extended_result_codes(handle, 1)
-                    state.handle = handle
-                } else if code == SQLITE_OK {
-                    state.unavailable = "reading the database on a connection of its own failed: \(Self.message(handle, read))"
-                    sqlite3_close_v2(handle)
-                } else {
-                    state.unavailable = "opening a connection of its own failed: \(Self.message(handle, code))"
-                    sqlite3_close_v2(handle)
-                }
-            }
-            state.running = state.handle != nil
-            return state.handle
-        }
-        guard let handle else { return }
+        // (A connection only this thread uses, passed through the lock by value.)
+        guard let handle = connection()?.handle else { return }
         checkpointer.beforeCheckpoint.withLock { $0 }?()
         var log: Int32 = 0, done: Int32 = 0
         let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
-        state.withLock { state in
+        let failed = state.withLock { state -> Connection? in
             state.running = false
             state.checkpoints.append((code, log, done))
             let primary = code & 0xff
-            if primary != SQLITE_OK && primary != SQLITE_BUSY && primary != SQLITE_INTERRUPT && primary != SQLITE_LOCKED {
-                state.unavailable = "its checkpoint failed: \(Self.message(handle, code))"
-            }
+            guard primary != SQLITE_OK && primary != SQLITE_BUSY && primary != SQLITE_INTERRUPT && primary != SQLITE_LOCKED else { return nil }
+            defer { state.connection = nil }
+            return state.connection
+        }
+        if let failed {
+            let reason = "its checkpoint failed: \(Self.message(failed.handle, code))"
+            state.withLock { $0.unavailable = reason }
+            sqlite3_close_v2(failed.handle)
         }
         checkpointer.finishCheckpoint(claimed: claimed)
+    }
+
+    /// The thread's connection, marked as running a checkpoint; opened first if it is not open
+    /// (outside the lock: opening reads the file). `nil` when it cannot be opened now (a lock
+    /// held while another connection recovers the WAL: tried again at the next claim) or at
+    /// all (``unavailableReason`` then says why).
+    private func connection() -> Connection? {
+        let open = state.withLock { state -> Connection?? in
+            if state.unavailable != nil { return .some(nil) }
+            guard let connection = state.connection else { return .none }
+            state.running = true
+            return .some(connection)
+        }
+        if case .some(let connection) = open { return connection }
+        var handle: OpaquePointer?
+        let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+        // A read of the database's header, so that the connection knows it is in WAL mode and
+        // opens the WAL (a checkpoint on a connection that has read nothing yet does nothing
+        // and says SQLITE_OK).
+        var read = code
+        if code == SQLITE_OK, handle != nil { read = sqlite3_exec(handle, "PRAGMA schema_version", nil, nil, nil) }
+        if code == SQLITE_OK, read == SQLITE_OK, let handle {
+            sqlite3_extended_result_codes(handle, 1)
+            let connection = Connection(handle: handle)
+            state.withLock { state in
+                state.connection = connection
+                state.running = true
+            }
+            return connection
+        }
+        let primary = read & 0xff
+        if code == SQLITE_OK, primary != SQLITE_BUSY, primary != SQLITE_LOCKED {
+            let reason = "reading the database on a connection of its own failed: \(Self.message(handle, read))"
+            state.withLock { $0.unavailable = reason }
+        } else if code != SQLITE_OK {
+            let reason = "opening a connection of its own failed: \(Self.message(handle, code))"
+            state.withLock { $0.unavailable = reason }
+        }
+        // (SQLite allocates a handle even when opening fails.)
+        sqlite3_close_v2(handle)
+        return nil
     }
 
     private static func message(_ handle: OpaquePointer?, _ code: Int32) -> String {

@@ -244,6 +244,25 @@ struct CheckpointTests {
         #expect(try await count(database) >= 305)
     }
 
+    @Test("a database the checkpoint thread cannot open has its checkpoints run in the writer's call, and says why")
+    func checkpointsRunInTheCallWhenTheThreadCannotOpen() async throws {
+        let directory = try TemporaryContainer()
+        let (database, _, gate, started) = try await Self.heldCheckpoints(directory)
+        gate.open()
+        // The database's directory moves before the first claim: the connections already open
+        // go on, but the thread's connection, opened on that claim by path, cannot be.
+        let moved = directory.path + "-moved"
+        try FileManager.default.moveItem(atPath: directory.path, toPath: moved)
+        defer { try? FileManager.default.moveItem(atPath: moved, toPath: directory.path) }
+        try await Self.writeUntil(database, writer: 1, "two checkpoints") { started.all.count >= 2 }
+        let reason = try #require(database.checkpointThread.unavailableReason)
+        #expect(reason.contains("opening a connection of its own failed"), "\(reason)")
+        // The first claim reached the thread, which could not open (that checkpoint is skipped:
+        // its claim expires a cycle later); the next ones ran in the writers' calls.
+        #expect(!started.all.contains("baton-checkpt"), "\(started.all)")
+        #expect(database.checkpointThread.results.isEmpty)
+    }
+
     @Test("a suspension waits for a running checkpoint (cut short), then holds no lock of the database; checkpoints resume after")
     func suspensionWaitsForTheCheckpointThread() async throws {
         let directory = try TemporaryContainer()
