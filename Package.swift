@@ -153,7 +153,7 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
-            dependencies: ["Baton", "BatonSimulator", "BatonFixtures", "BatonSpawn"],
+            dependencies: ["Baton", "BatonSimulator", "BatonFixtures", "BatonSpawn", .product(name: "Logging", package: "swift-log")],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),
@@ -172,6 +172,7 @@ let package = Package(
                 "BatonCLI",
                 "BatonHarness",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -39,6 +39,8 @@ final class CheckpointThread: @unchecked Sendable {
         var begin: @Sendable () -> Bool
         /// Ends what `begin` counted.
         var end: @Sendable () -> Void
+        /// Says, once, why checkpoints run in the writers' calls from now on.
+        var report: @Sendable (String) -> Void
     }
 
     /// The thread's SQLite connection (`SQLITE_OPEN_NOMUTEX`: only the thread uses it, and
@@ -198,7 +200,7 @@ final class CheckpointThread: @unchecked Sendable {
         guard let hooks = state.withLock({ $0.hooks }), hooks.begin() else { return }
         defer { hooks.end() }
         // (A connection only this thread uses, passed through the lock by value.)
-        guard let handle = connection()?.handle else { return }
+        guard let handle = connection(hooks: hooks)?.handle else { return }
         checkpointer.beforeCheckpoint.withLock { $0 }?()
         var log: Int32 = 0, done: Int32 = 0
         let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
@@ -211,8 +213,7 @@ final class CheckpointThread: @unchecked Sendable {
             return state.connection
         }
         if let failed {
-            let reason = "its checkpoint failed: \(Self.message(failed.handle, code))"
-            state.withLock { $0.unavailable = reason }
+            makeUnavailable("its checkpoint failed: \(Self.message(failed.handle, code))", hooks: hooks)
             sqlite3_close_v2(failed.handle)
         }
         checkpointer.finishCheckpoint(claimed: claimed)
@@ -222,7 +223,7 @@ final class CheckpointThread: @unchecked Sendable {
     /// (outside the lock: opening reads the file). `nil` when it cannot be opened now (a lock
     /// held while another connection recovers the WAL: tried again at the next claim) or at
     /// all (``unavailableReason`` then says why).
-    private func connection() -> Connection? {
+    private func connection(hooks: Hooks) -> Connection? {
         let open = state.withLock { state -> Connection?? in
             if state.unavailable != nil { return .some(nil) }
             guard let connection = state.connection else { return .none }
@@ -248,15 +249,19 @@ final class CheckpointThread: @unchecked Sendable {
         }
         let primary = read & 0xff
         if code == SQLITE_OK, primary != SQLITE_BUSY, primary != SQLITE_LOCKED {
-            let reason = "reading the database on a connection of its own failed: \(Self.message(handle, read))"
-            state.withLock { $0.unavailable = reason }
+            makeUnavailable("reading the database on a connection of its own failed: \(Self.message(handle, read))", hooks: hooks)
         } else if code != SQLITE_OK {
-            let reason = "opening a connection of its own failed: \(Self.message(handle, code))"
-            state.withLock { $0.unavailable = reason }
+            makeUnavailable("opening a connection of its own failed: \(Self.message(handle, code))", hooks: hooks)
         }
         // (SQLite allocates a handle even when opening fails.)
         sqlite3_close_v2(handle)
         return nil
+    }
+
+    /// From now on, checkpoints run in the writers' calls; reported once.
+    private func makeUnavailable(_ reason: String, hooks: Hooks) {
+        state.withLock { $0.unavailable = reason }
+        hooks.report(reason)
     }
 
     private static func message(_ handle: OpaquePointer?, _ code: Int32) -> String {

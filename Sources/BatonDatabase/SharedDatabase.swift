@@ -153,8 +153,13 @@ public final class SharedDatabase: Sendable {
         self.checkpointer = Checkpointer(pages: configuration.checkpointPages, queue: writerQueue)
         self.checkpointThread = CheckpointThread(path: path, checkpointer: checkpointer)
         self.commitSignals = try? container.signals
-        checkpointThread.attach(.init(begin: { [weak self] in self?.beginBackgroundOperation() ?? false },
-                                      end: { [weak self] in self?.leave() }))
+        let diagnostics = container.diagnostics
+        checkpointThread.attach(.init(
+            begin: { [weak self] in self?.beginBackgroundOperation() ?? false },
+            end: { [weak self] in self?.leave() },
+            report: { reason in
+                diagnostics.report(.checkpointsInWriterCalls, level: .warning, "database \(path): the checkpoint thread cannot work on it (\(reason)); its checkpoints run in the writers' calls, which then wait for the disk's sync")
+            }))
     }
 
     deinit {

@@ -4,6 +4,7 @@ import BatonFixtures
 import Foundation
 import GRDB
 import GRDBSQLite
+import Logging
 import Synchronization
 import BatonTestSupport
 import Testing
@@ -156,8 +157,8 @@ struct CheckpointTests {
     /// Opens a database whose checkpoints are claimed every 32 pages; the checkpoints from the
     /// `heldFrom`-th on (1: all) wait at their start for `gate`. `started` records the
     /// checkpoints that reached their start, by the name of the thread that ran each.
-    static func heldCheckpoints(_ directory: TemporaryContainer, heldFrom: Int = 1, suspensionMode: SharedDatabase.SuspensionMode = .rollsBackWrites) async throws -> (SharedDatabase, SharedContainer, gate: Gate, started: Started) {
-        let container = try SharedContainer(path: directory.path)
+    static func heldCheckpoints(_ directory: TemporaryContainer, heldFrom: Int = 1, suspensionMode: SharedDatabase.SuspensionMode = .rollsBackWrites, logger: Logger? = nil) async throws -> (SharedDatabase, SharedContainer, gate: Gate, started: Started) {
+        let container = try SharedContainer(path: directory.path, logger: logger)
         var configuration = SharedDatabase.Configuration()
         configuration.checkpointPages = 32
         configuration.suspensionMode = suspensionMode
@@ -235,10 +236,13 @@ struct CheckpointTests {
         try await Self.writeUntil(database, writer: 4, "more checkpoints") { started.all.count >= 3 }
         #expect(started.all.allSatisfy { $0 == "baton-checkpt" }, "\(started.all)")
         #expect(database.checkpointThread.unavailableReason == nil)
-        // Each one copied the WAL's frames into the database (a connection that has not read
-        // the database yet does nothing and says SQLITE_OK, with -1 frames).
+        // They copied the WAL's frames into the database (a connection that has not read the
+        // database yet does nothing and says SQLITE_OK, with -1 frames). One that runs just
+        // after the writer started the WAL over finds it empty; one that meets another
+        // checkpoint says SQLITE_BUSY.
         let results = database.checkpointThread.results
-        #expect(results.count >= 2 && results.allSatisfy { $0.code == SQLITE_OK && $0.log > 0 && $0.done > 0 }, "\(results)")
+        #expect(results.allSatisfy { [SQLITE_OK, SQLITE_BUSY].contains($0.code & 0xff) }, "\(results)")
+        #expect(results.filter { $0.log > 0 && $0.done > 0 }.count >= 2, "\(results)")
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")
         #expect(try await count(database) >= 305)
@@ -247,7 +251,8 @@ struct CheckpointTests {
     @Test("a database the checkpoint thread cannot open has its checkpoints run in the writer's call, and says why")
     func checkpointsRunInTheCallWhenTheThreadCannotOpen() async throws {
         let directory = try TemporaryContainer()
-        let (database, _, gate, started) = try await Self.heldCheckpoints(directory)
+        let (logger, log) = CapturingLogHandler.logger()
+        let (database, _, gate, started) = try await Self.heldCheckpoints(directory, logger: logger)
         gate.open()
         // The database's directory moves before the first claim: the connections already open
         // go on, but the thread's connection, opened on that claim by path, cannot be.
@@ -257,6 +262,7 @@ struct CheckpointTests {
         try await Self.writeUntil(database, writer: 1, "two checkpoints") { started.all.count >= 2 }
         let reason = try #require(database.checkpointThread.unavailableReason)
         #expect(reason.contains("opening a connection of its own failed"), "\(reason)")
+        #expect(log.events.filter { $0 == "checkpoints_in_writer_calls" }.count == 1, "\(log.messages)")
         // The first claim reached the thread, which could not open (that checkpoint is skipped:
         // its claim expires a cycle later); the next ones ran in the writers' calls.
         #expect(!started.all.contains("baton-checkpt"), "\(started.all)")

@@ -5,33 +5,6 @@ import Logging
 import Synchronization
 import Testing
 
-/// A log handler that keeps every message, for assertions.
-struct CapturingLogHandler: LogHandler {
-    final class Store: Sendable {
-        let entries = Mutex<[(level: Logger.Level, message: String, event: String?)]>([])
-        var events: [String] { entries.withLock { $0.compactMap(\.event) } }
-        var messages: [String] { entries.withLock { $0.map(\.message) } }
-    }
-    let store: Store
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let recorded = (level: event.level, message: "\(event.message)", event: event.metadata?["baton.event"].map { "\($0)" })
-        store.entries.withLock { $0.append(recorded) }
-    }
-
-    static func logger() -> (Logger, Store) {
-        let store = Store()
-        return (Logger(label: "test") { _ in CapturingLogHandler(store: store) }, store)
-    }
-}
-
 /// The container's optional logger reports what Baton repaired or decided on its own (issue 19,
 /// "Diagnostics"); nothing without one.
 @Suite("Diagnostics")

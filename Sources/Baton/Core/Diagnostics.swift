@@ -28,6 +28,9 @@ package struct Diagnostics: Sendable {
         case defaultsDamageFound = "defaults_damage_found"
         /// A defaults writer repaired a suite, keeping the dropped bytes in a quarantine file.
         case defaultsRepaired = "defaults_repaired"
+        /// A shared database's checkpoint thread cannot open or use a connection of its own
+        /// (an encrypted database, say): its checkpoints run in the writers' calls.
+        case checkpointsInWriterCalls = "checkpoints_in_writer_calls"
     }
 
     /// How serious an event is (so that the engines need not import swift-log).
