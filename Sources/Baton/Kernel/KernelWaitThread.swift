@@ -74,11 +74,12 @@ final class KernelWaitThread: @unchecked Sendable {
     // @unchecked: everything mutable is in `state` (a Mutex), including the weak `source`;
     // `privateWord` is private memory touched only with atomics and ``AddressWait``.
 
-    /// What a wait ends with.
+    /// What a wait ends with. (An unsafe continuation, as in ``EventCounter``: the machine hands
+    /// each out once, under the thread's lock.)
     enum Resumption: Sendable {
         /// A suspended task: resumed normally when ready, with the thread's timed-out error at
         /// its deadline, with `CancellationError` when cancelled or abandoned.
-        case task(CheckedContinuation<Void, any Error>)
+        case task(UnsafeContinuation<Void, any Error>)
         /// Called on the thread at the deadline; dropped when cancelled or abandoned.
         case callback(@Sendable () -> Void)
     }
@@ -160,7 +161,7 @@ final class KernelWaitThread: @unchecked Sendable {
         let id = nextID.add(1, ordering: .relaxed).newValue
         let time = deadline.map(Self.time)
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let registration = state.withLock { locked -> Registration in
                     if Task.isCancelled { return .refused }
                     guard case .registered(let wake) = locked.machine.add(id: id, seen: seen, deadline: time, resumption: .task(continuation)) else {
