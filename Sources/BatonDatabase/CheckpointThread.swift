@@ -30,8 +30,8 @@ import Synchronization
 /// suspended (its claim is left to expire: ``Checkpointer/plan()``), and the connection is
 /// closed with the suspension and opened again on the next claim.
 final class CheckpointThread: @unchecked Sendable {
-    // @unchecked: `word` is private memory touched only with atomics and ``AddressWait``;
-    // everything else mutable is in `state` (a Mutex).
+    // @unchecked: `word` and `progress` are private memory touched only with atomics and
+    // ``AddressWait``; everything else mutable is in `state` (a Mutex).
     /// What the thread needs from its database, without holding it.
     struct Hooks: Sendable {
         /// Counts a checkpoint as an operation of the database; `false` while it is suspended
@@ -64,10 +64,13 @@ final class CheckpointThread: @unchecked Sendable {
         var stopped = false
         /// Set once, by the database (``attach(_:)``).
         var hooks: Hooks?
-        /// What each checkpoint returned: SQLite's code, the WAL's frames and those in the
-        /// database (for tests).
+        /// What the last checkpoints returned (``resultsKept`` at most): SQLite's code, the
+        /// WAL's frames and those in the database (for tests).
         var checkpoints: [(code: Int32, log: Int32, done: Int32)] = []
     }
+
+    /// How many checkpoint results are kept (for tests; a long-running process must not grow).
+    static let resultsKept = 64
 
     private let path: String
     private let checkpointer: Checkpointer
@@ -94,7 +97,7 @@ final class CheckpointThread: @unchecked Sendable {
         progress.deallocate()
     }
 
-    /// Sets what the thread asks its database (before the first ``submit(claimed:)``).
+    /// Sets what the thread asks its database (before the first ``submit(claimed:patience:)``).
     func attach(_ hooks: Hooks) {
         state.withLock { $0.hooks = hooks }
     }
@@ -102,7 +105,7 @@ final class CheckpointThread: @unchecked Sendable {
     /// How many claims were handed to the thread (for tests).
     var submittedCount: UInt64 { state.withLock { $0.submitted } }
 
-    /// What each checkpoint run here returned (for tests).
+    /// What the last checkpoints run here returned, oldest first (for tests).
     var results: [(code: Int32, log: Int32, done: Int32)] { state.withLock { $0.checkpoints } }
 
     /// Why checkpoints run in the writer's call, if they do (for diagnostics and tests).
@@ -206,6 +209,7 @@ final class CheckpointThread: @unchecked Sendable {
         let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &log, &done)
         let failed = state.withLock { state -> Connection? in
             state.running = false
+            if state.checkpoints.count >= Self.resultsKept { state.checkpoints.removeFirst() }
             state.checkpoints.append((code, log, done))
             let primary = code & 0xff
             guard primary != SQLITE_OK && primary != SQLITE_BUSY && primary != SQLITE_INTERRUPT && primary != SQLITE_LOCKED else { return nil }
