@@ -145,36 +145,38 @@ public enum ProcFS {
 
     /// The inodes that one of `pid`'s descriptors holds a lock on (its `fdinfo` `lock:` lines).
     static func inodesLockedThroughDescriptors(of pid: Int32) -> Set<UInt64> {
-        guard let stream = opendir("/proc/\(pid)/fdinfo") else { return [] }
-        defer { closedir(stream) }
         var inodes = Set<UInt64>()
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)") else { continue }
-            for line in info.split(separator: "\n") where line.hasPrefix("lock:") {
+        for descriptor in descriptorLocks(of: pid) {
+            for line in descriptor.lockLines {
                 if let lock = Lock(line: line.dropFirst(5)), !lock.waiting { inodes.insert(lock.inode) }
             }
         }
         return inodes
     }
 
-    /// The files under `directory` that `pid` holds a lock on, through any of its descriptors
-    /// (the `lock:` lines of `/proc/PID/fdinfo/FD`): `flock`, POSIX and OFD locks alike, even
-    /// those `/proc/locks` cannot attribute to a process (OFD locks show pid -1 there).
-    public static func lockedFiles(of pid: Int32, under directory: String) -> [String] {
+    /// Each descriptor of `pid` (its number) with the `lock:` lines of its `/proc/PID/fdinfo`.
+    private static func descriptorLocks(of pid: Int32) -> [(descriptor: String, lockLines: [Substring])] {
         guard let stream = opendir("/proc/\(pid)/fd") else { return [] }
         defer { closedir(stream) }
-        let root = canonicalPath(directory)
-        var files: [String] = []
+        var descriptors: [(descriptor: String, lockLines: [Substring])] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
             }
-            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)"),
-                  info.split(separator: "\n").contains(where: { $0.hasPrefix("lock:") }),
-                  let target = link("/proc/\(pid)/fd/\(name)"), target.hasPrefix(root + "/") else { continue }
+            guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)") else { continue }
+            descriptors.append((name, info.split(separator: "\n").filter { $0.hasPrefix("lock:") }))
+        }
+        return descriptors
+    }
+
+    /// The files under `directory` that `pid` holds a lock on, through any of its descriptors
+    /// (the `lock:` lines of `/proc/PID/fdinfo/FD`): `flock`, POSIX and OFD locks alike, even
+    /// those `/proc/locks` cannot attribute to a process (OFD locks show pid -1 there).
+    public static func lockedFiles(of pid: Int32, under directory: String) -> [String] {
+        let root = canonicalPath(directory)
+        var files: [String] = []
+        for (descriptor, lockLines) in descriptorLocks(of: pid) where !lockLines.isEmpty {
+            guard let target = link("/proc/\(pid)/fd/\(descriptor)"), target.hasPrefix(root + "/") else { continue }
             files.append(String(target.dropFirst(root.count + 1)))
         }
         return files.sorted()
@@ -188,20 +190,13 @@ public enum ProcFS {
         let root = canonicalPath(directory)
         var held: [HeldLock] = []
         var seen = Set<UInt64>()
-        if let stream = opendir("/proc/\(pid)/fd") {
-            defer { closedir(stream) }
-            while let entry = readdir(stream) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                guard Int(name) != nil, let info = read("/proc/\(pid)/fdinfo/\(name)"),
-                      let target = link("/proc/\(pid)/fd/\(name)"), target.hasPrefix(root + "/") else { continue }
-                let path = String(target.dropFirst(root.count + 1))
-                for line in info.split(separator: "\n") where line.hasPrefix("lock:") {
-                    guard let lock = Lock(line: line.dropFirst(5)), !lock.waiting else { continue }
-                    seen.insert(lock.inode)
-                    held.append(HeldLock(path: path, kind: lock.kind, exclusive: lock.exclusive, start: lock.start, end: lock.end))
-                }
+        for (descriptor, lockLines) in descriptorLocks(of: pid) where !lockLines.isEmpty {
+            guard let target = link("/proc/\(pid)/fd/\(descriptor)"), target.hasPrefix(root + "/") else { continue }
+            let path = String(target.dropFirst(root.count + 1))
+            for line in lockLines {
+                guard let lock = Lock(line: line.dropFirst(5)), !lock.waiting else { continue }
+                seen.insert(lock.inode)
+                held.append(HeldLock(path: path, kind: lock.kind, exclusive: lock.exclusive, start: lock.start, end: lock.end))
             }
         }
         let others = locks().filter { $0.pid == pid && !$0.waiting && !seen.contains($0.inode) }
