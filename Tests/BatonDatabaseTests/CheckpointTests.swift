@@ -185,11 +185,7 @@ struct CheckpointTests {
     /// then waits until the thread has started them (and holds the last one).
     static func writeUntilStarted(_ count: Int, _ database: SharedDatabase, started: Started) async throws {
         try await writeUntil(database, writer: 1, "\(count) checkpoints claimed") { database.checkpointThread.submittedCount >= count }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while started.all.count < count {
-            guard ContinuousClock.now < deadline else { throw TestFailure("the checkpoint thread did not start \(count) checkpoints within 30 s") }
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        try await eventually("the checkpoint thread starting \(count) checkpoints", within: 30) { started.all.count >= count }
     }
 
     /// Writes rows of `writer` until `done` holds (60 s at most).

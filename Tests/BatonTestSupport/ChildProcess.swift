@@ -243,6 +243,17 @@ package enum ProcLocks {
     }
 }
 
+/// Waits until `condition` holds, looking every 5 ms, `seconds` at most: for a state of another
+/// thread or process that gives no event to wait for (a word in a mapped table, a count).
+/// - Throws: ``TestFailure`` naming `what` when it did not happen in time.
+package func eventually(_ what: String, within seconds: Double = 10, _ condition: () throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while try !condition() {
+        guard ContinuousClock.now < deadline else { throw TestFailure("\(what) did not happen within \(seconds) s") }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
 /// Runs `body`, failing with ``TestFailure`` if it has not finished within `seconds` (the body
 /// is cancelled then): a test that waits for an event that never comes fails instead of hanging.
 package func within<T: Sendable>(_ seconds: Double, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {

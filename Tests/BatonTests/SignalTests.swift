@@ -34,15 +34,6 @@ struct SignalTests {
         }
     }
 
-    /// Waits (10 s at most) until `condition` holds.
-    static func eventually(_ what: String, _ condition: () throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while try !condition() {
-            guard ContinuousClock.now < deadline else { throw BatonError(.timedOut, "never happened: \(what)") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-    }
-
     @Test("processes that each watch one name sleep on its bit's group word: a post to eight of them is one wake call")
     func oneWakeCallForAGroup() async throws {
         let directory = try TemporaryContainer()
@@ -51,7 +42,7 @@ struct SignalTests {
         }
         defer { for watcher in watchers { watcher.signal(SIGKILL) } }
         for watcher in watchers { try await watcher.line(timeout: 60) { $0 == "ready" } }
-        try await Self.eventually("eight watchers asleep") {
+        try await eventually("eight watchers asleep") {
             try Self.sleepingEntries(directory.path).filter { $0.sleeping != 0 }.count == 8
         }
         let entries = try Self.sleepingEntries(directory.path)
@@ -84,7 +75,7 @@ struct SignalTests {
             if try #require(doubleTable.entryForTesting).interest.nonzeroBitCount == 2 { other = ("other-\(index)", observation) }
         }
         let (otherName, doubleOther) = try #require(other)
-        try await Self.eventually("both asleep") {
+        try await eventually("both asleep") {
             singleTable.entryForTesting?.sleeping == 2 + UInt32(fanBit.trailingZeroBitCount) && doubleTable.entryForTesting?.sleeping == 1
         }
         // One group word, one doorbell.
@@ -96,7 +87,7 @@ struct SignalTests {
         // The single-name process takes a name in another bit while asleep on the group word:
         // its thread goes round and sleeps on its doorbell, where posts to either name find it.
         let singleOther = try single.signals.observe(otherName)
-        try await Self.eventually("moved to its doorbell") { singleTable.entryForTesting?.sleeping == 1 }
+        try await eventually("moved to its doorbell") { singleTable.entryForTesting?.sleeping == 1 }
         #expect(try poster.postCountingWakes(otherName, state: 3) == 2)
         #expect(try await singleOther.next(deadline: .after(.seconds(10))).state == 3)
         #expect(try await doubleOther.next(deadline: .after(.seconds(10))).state == 3)
