@@ -34,8 +34,9 @@ import Synchronization
 /// process, so that one wake call reaches all of them (a post to sixteen watchers of one name is
 /// one system call, not sixteen in a row, each of which would hand the poster's processor to
 /// the process it woke before the next); a process watching names in several bits sleeps on its
-/// own doorbell, which the poster rings when any of them is posted. A process owns its entry through its owner token, which the kernel releases when the
-/// process dies or suspends, so a crashed process's entry is reused and no pid check is needed.
+/// own doorbell, which the poster rings when any of them is posted. A process owns its entry
+/// through its owner token, which the kernel releases when the process dies or suspends, so a
+/// crashed process's entry is reused and no pid check is needed.
 /// When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
 ///
 /// The table is not durable (it is not synced; a rebooted device may find it empty), but it is
