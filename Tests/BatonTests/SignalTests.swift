@@ -93,6 +93,41 @@ struct SignalTests {
         #expect(try await doubleOther.next(deadline: .after(.seconds(10))).state == 3)
     }
 
+    @Test("a process that posts in the bit it observes sleeps on its doorbell: its own posts no longer wake its thread")
+    func postersSleepOnTheirDoorbell() async throws {
+        let directory = try TemporaryContainer()
+        // Two container objects: to the table, two processes that both observe and post one
+        // name, as the processes of a role do.
+        let app = try SharedContainer(path: directory.path), other = try SharedContainer(path: directory.path)
+        let appTable = try #require(app.signals.backend as? SignalTable)
+        let otherTable = try #require(other.signals.backend as? SignalTable)
+        let appObservation = try app.signals.observe("role")
+        let otherObservation = try other.signals.observe("role")
+        let group = 2 + UInt32(try #require(appTable.entryForTesting).interest.trailingZeroBitCount)
+        try await eventually("both asleep on the group word") {
+            appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
+        }
+        // The first post rings the group word the poster's own thread sleeps on; the thread
+        // goes round and sleeps on its doorbell from then on.
+        try app.signals.post("role", state: 1)
+        #expect(try await otherObservation.next(deadline: .after(.seconds(10))).state == 1)
+        #expect(try await appObservation.next(deadline: .after(.seconds(10))).state == 1)
+        try await eventually("the poster on its doorbell") { appTable.entryForTesting?.sleeping == 1 }
+        #expect(otherTable.entryForTesting?.sleeping == group)
+        // Its posts now wake the other process alone; its own observer still gets each one,
+        // from the poster.
+        for state in UInt64(2)...21 {
+            let rounds = appTable.threadRounds
+            #expect(try appTable.postCountingWakes("role", state: state) == 1)
+            #expect(try await otherObservation.next(deadline: .after(.seconds(10))).state == state)
+            #expect(try await appObservation.next(deadline: .after(.seconds(10))).state == state)
+            #expect(appTable.threadRounds == rounds, "the poster's own thread went round for its own post \(state)")
+        }
+        // Posts of the other process reach it on its doorbell.
+        try other.signals.post("role", state: 30)
+        #expect(try await appObservation.next(deadline: .after(.seconds(10))).state == 30)
+    }
+
     @Test("every post after the observation started is followed by a delivery; posts coalesce")
     func deliveriesFollowPosts() async throws {
         let directory = try TemporaryContainer()

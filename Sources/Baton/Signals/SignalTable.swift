@@ -33,8 +33,9 @@ import Synchronization
 /// names all fall in one bit sleeps on that bit's group word, shared with every other such
 /// process, so that one wake call reaches all of them (a post to sixteen watchers of one name is
 /// one system call, not sixteen in a row, each of which would hand the poster's processor to
-/// the process it woke before the next); a process watching names in several bits sleeps on its
-/// own doorbell, which the poster rings when any of them is posted. A process owns its entry
+/// the process it woke before the next); a process watching names in several bits, or one that
+/// has itself posted in its bit (whose posts would ring the group word it sleeps on), sleeps on
+/// its own doorbell, which the poster rings when any of them is posted. A process owns its entry
 /// through its owner token, which the kernel releases when the process dies or suspends, so a
 /// crashed process's entry is reused and no pid check is needed.
 /// When the 64 entries are taken, a process sleeps on the shared `sequence` word instead.
@@ -98,6 +99,11 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         var entryToken: UInt64 = 0
         /// Observers of this process per interest bit.
         var bitCounts = [Int](repeating: 0, count: SignalTable.entryCount)
+        /// The interest bits this process has posted in. Its thread never sleeps on their group
+        /// words, which its own posts ring: a process that posts a name it also observes (every
+        /// process of a role does) would wake its own thread with each of its posts, for nothing,
+        /// and on a busy machine that thread takes the poster's processor.
+        var postedBits: UInt64 = 0
         /// While the container is suspended, the owner token is released (a suspended process
         /// holds no lock) and no entry is claimed.
         var suspended = false
@@ -620,6 +626,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     try followRetirement(&state)
                 }
             }
+            state.postedBits |= UInt64(1) << UInt64(slot % Self.entryCount)
             guard baton_load32(slotWord(state.map, slot, 32)) > 0 else { return (nil, 0, false) }
             // Ring the doorbell of every other process interested in the slot's bit (counter
             // first, then the interest: an observer registering now sets its interest, then
@@ -726,7 +733,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     /// One round of the signal thread (``KernelWaitThread``), before it sleeps: runs the queued
     /// jobs, then says where to sleep: the group word of its interest bit when all its names
-    /// fall in one, its entry's doorbell otherwise (the table's sequence word when no entry was
+    /// fall in one and this process never posted in it, its entry's doorbell otherwise (the table's sequence word when no entry was
     /// free), or nothing while nothing is observed. In the same pass under the lock it reads
     /// that word, says in the entry that it may sleep there, then compares the observed
     /// counters: a poster that misses the flag changed the word after it was read here, so the
@@ -750,11 +757,12 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                 }
                 if idle { return (nil, []) }
                 // The word to sleep on: the group word of the one interest bit this process
-                // has, its doorbell when it has several, the shared word without an entry.
+                // has (unless it posts in it), its doorbell when it has several, the shared
+                // word without an entry.
                 var offset = 64, sleepsOn: UInt32 = 0
                 if let entry = state.entry {
                     let interest = baton_load64(entryInterest(state.map, entry))
-                    if interest.nonzeroBitCount == 1 {
+                    if interest.nonzeroBitCount == 1, interest & state.postedBits == 0 {
                         offset = Self.groupOffset + interest.trailingZeroBitCount * Self.groupStride
                         sleepsOn = Self.sleepsOnGroup + UInt32(interest.trailingZeroBitCount)
                     } else {
