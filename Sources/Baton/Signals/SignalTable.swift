@@ -733,11 +733,12 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     /// One round of the signal thread (``KernelWaitThread``), before it sleeps: runs the queued
     /// jobs, then says where to sleep: the group word of its interest bit when all its names
-    /// fall in one and this process never posted in it, its entry's doorbell otherwise (the table's sequence word when no entry was
-    /// free), or nothing while nothing is observed. In the same pass under the lock it reads
-    /// that word, says in the entry that it may sleep there, then compares the observed
-    /// counters: a poster that misses the flag changed the word after it was read here, so the
-    /// sleep ends at once. The deliveries (and the jobs they resume) run after the lock.
+    /// fall in one and this process never posted in it, its entry's doorbell otherwise (the
+    /// table's sequence word when no entry was free), or nothing while nothing is observed.
+    /// In the same pass under the lock it reads that word, says in the entry that it may sleep
+    /// there, then compares the observed counters: a poster that misses the flag changed the
+    /// word after it was read here, so the sleep ends at once. The deliveries (and the jobs they
+    /// resume) run after the lock.
     ///
     /// A wake of this thread from within the process (a registration, a job for its executor)
     /// rings the word it sleeps on: on a group word, the other processes of the group go round
