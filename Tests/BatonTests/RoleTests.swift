@@ -70,6 +70,48 @@ struct RoleTests {
         #expect(second.status == 4)
     }
 
+    @Test("a grant of a free role rings the grants signal only; a grant that replaces a holder rings the role's signal, and status watchers see both")
+    func grantsRingTheGrantsSignalUnlessTheyReplaceAHolder() async throws {
+        let dir = try TemporaryContainer()
+        let container = try SharedContainer(path: dir.path)
+        let role = try container.role("ring")
+        let signals = try container.signals
+        // The poster delivers to its own process's observers before `post` returns, so what a
+        // call rang is pending here when it returns.
+        let roleSignal = try signals.observe("baton.role.ring")
+        let grantsSignal = try signals.observe("baton.role-grants.ring")
+        var statuses = role.statusChanges().makeAsyncIterator()
+        #expect(try await statuses.next()?.holder == nil)
+
+        // Free role: the grants signal alone.
+        let lease = try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(10)))
+        _ = try await grantsSignal.next(deadline: .after(.zero))
+        await #expect(throws: BatonError.self, "the grant of a free role rang the role's signal") {
+            try await roleSignal.next(deadline: .after(.zero))
+        }
+        #expect(try await statuses.next()?.holder?.epoch == lease.epoch)
+        await lease.release()
+        _ = try await roleSignal.next(deadline: .after(.zero)) // the release rings it
+        #expect(try await statuses.next()?.holder == nil)
+
+        // A holder killed while holding: taking over from it rings the role's signal (with this
+        // process's ring as its state), not the grants signal.
+        let holder = try ChildProcess(["role", "acquire", "ring", "--role", "executor", "--hold", "600"], container: dir.path)
+        defer { holder.signal(SIGKILL) }
+        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        _ = try? await roleSignal.next(deadline: .after(.zero))
+        _ = try? await grantsSignal.next(deadline: .after(.zero))
+        let takeover = try await role.acquire(priority: .executor, kind: "test", deadline: .after(.seconds(10)))
+        let rang = try await roleSignal.next(deadline: .after(.zero))
+        #expect(rang.state >> 32 == UInt64(UInt32(bitPattern: getpid())), "the takeover's ring is this process's")
+        await #expect(throws: BatonError.self, "a takeover rang the grants signal") {
+            try await grantsSignal.next(deadline: .after(.zero))
+        }
+        await takeover.release()
+    }
+
     @Test func aLowerPriorityWaitsBehindAHigherWaiter() async throws {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()

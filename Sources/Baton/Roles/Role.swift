@@ -185,7 +185,9 @@ public struct RoleStatusChanges: AsyncSequence, Sendable {
     /// Iterates status snapshots.
     public struct Iterator: AsyncIteratorProtocol {
         let role: Role
-        var observation: SignalObservation?
+        /// The role's signal and its grants signal (a grant of a free role rings only the
+        /// latter: see `RoleCore.ringGrants()`).
+        var observations: [SignalObservation] = []
         var files: FileEvents.Subscription?
         var last: RoleStatus?
 
@@ -193,24 +195,27 @@ public struct RoleStatusChanges: AsyncSequence, Sendable {
         /// - Throws: File-system errors.
         public mutating func next() async throws -> RoleStatus? {
             let core = role.core
-            if observation == nil {
-                observation = try core.container.signals.observe(core.signalName)
+            if observations.isEmpty {
+                observations = [
+                    try core.container.signals.observe(core.signalName),
+                    try core.container.signals.observe(core.grantsSignalName),
+                ]
                 files = try FileEvents.shared.subscribe(path: core.container.absolutePath(core.directory.path), interest: .writerGoneInDirectory)
             }
-            guard let observation, let files else { return nil }
-            let observer = observation.observer
+            guard let files else { return nil }
+            let observers = observations.map(\.observer)
             while !Task.isCancelled {
                 let seen = files.events.snapshot()
-                let signalSeen = observer.arrivalCounter.snapshot()
+                let signalsSeen = observers.map { ($0.arrivalCounter, $0.arrivalCounter.snapshot()) }
                 // The status read below covers any delivery pending now.
-                do { _ = try observer.take() } catch { return nil }
+                do { for observer in observers { _ = try observer.take() } } catch { return nil }
                 let status = try role.status()
                 if status != last {
                     last = status
                     return status
                 }
                 do {
-                    _ = try await EventCounter.waitAny([(observer.arrivalCounter, signalSeen), (files.events, seen)], deadline: .after(.seconds(1)))
+                    _ = try await EventCounter.waitAny(signalsSeen + [(files.events, seen)], deadline: .after(.seconds(1)))
                 } catch let error as BatonError where error.code == .timedOut {
                     continue
                 } catch is CancellationError {

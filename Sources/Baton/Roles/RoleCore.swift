@@ -20,6 +20,9 @@ final class RoleCore: Sendable {
     let container: SharedContainer
     let name: String
     var signalName: String { "baton.role." + name }
+    /// Rung by a grant of the role while it was free (see ``ringGrants()``); role names are at
+    /// most 100 bytes, so this stays within a signal name's 128.
+    var grantsSignalName: String { "baton.role-grants." + name }
     /// This process's holder lock file, locked while it holds the role.
     let holderLock: RoleLockFile
     /// This process's waiter lock file, locked while one of its tasks waits.
@@ -93,6 +96,12 @@ final class RoleCore: Sendable {
             return last
         }
         try? container.signals.post(signalName, state: value)
+    }
+
+    /// Rings the role's grants signal: a grant of the role while it was free, which no
+    /// acquisition or holder waits for, only status watchers (who observe both signals).
+    func ringGrants() {
+        try? container.signals.post(grantsSignalName)
     }
 
     /// Whether a delivery carries this process's last ring as its state (the caller also
