@@ -21,6 +21,17 @@ struct SignalTests {
         }
     }
 
+    /// The signal table of `container`. A container object of its own has its own mapping, entry
+    /// and signal thread: to the table, a process of its own.
+    static func table(_ container: SharedContainer) throws -> SignalTable {
+        try #require(try container.signals.backend as? SignalTable)
+    }
+
+    /// The entry's "sleeping" word of a thread asleep on the group word of `interest`'s one bit.
+    static func groupWord(_ interest: UInt64) -> UInt32 {
+        SignalTable.sleepsOnGroup + UInt32(interest.trailingZeroBitCount)
+    }
+
     /// Sleeping watchers as posters see them: each process entry in use with the word its
     /// thread may sleep on (0 awake, 1 its doorbell, 2 + b group word b) and its interest.
     static func sleepingEntries(_ path: String) throws -> [(sleeping: UInt32, interest: UInt64)] {
@@ -47,8 +58,8 @@ struct SignalTests {
         }
         let entries = try Self.sleepingEntries(directory.path)
         let bit = try #require(entries.first).interest.trailingZeroBitCount
-        #expect(entries.allSatisfy { $0.interest == UInt64(1) << UInt64(bit) && $0.sleeping == 2 + UInt32(bit) }, "\(entries)")
-        let table = try #require(try SharedContainer(path: directory.path).signals.backend as? SignalTable)
+        #expect(entries.allSatisfy { $0.interest == UInt64(1) << UInt64(bit) && $0.sleeping == SignalTable.sleepsOnGroup + UInt32(bit) }, "\(entries)")
+        let table = try Self.table(SharedContainer(path: directory.path))
         #expect(try table.postCountingWakes("group", state: 5) == 1)
         for watcher in watchers {
             #expect(try await watcher.line(timeout: 30) { $0.hasPrefix("group") } == "group state=5")
@@ -59,12 +70,10 @@ struct SignalTests {
     @Test("a process with names in two bits sleeps on its doorbell and is woken there; one that adds a name while asleep on a group word moves to its doorbell")
     func doorbellAndGroupSleepers() async throws {
         let directory = try TemporaryContainer()
-        // Each container object has its own table mapping, entry and signal thread: to the
-        // table, three processes.
+        // To the table, three processes.
         let single = try SharedContainer(path: directory.path), double = try SharedContainer(path: directory.path)
-        let singleTable = try #require(single.signals.backend as? SignalTable)
-        let doubleTable = try #require(double.signals.backend as? SignalTable)
-        let poster = try #require(try SharedContainer(path: directory.path).signals.backend as? SignalTable)
+        let singleTable = try Self.table(single), doubleTable = try Self.table(double)
+        let poster = try Self.table(SharedContainer(path: directory.path))
         let singleFan = try single.signals.observe("fan")
         let doubleFan = try double.signals.observe("fan")
         let fanBit = try #require(singleTable.entryForTesting).interest
@@ -76,7 +85,7 @@ struct SignalTests {
         }
         let (otherName, doubleOther) = try #require(other)
         try await eventually("both asleep") {
-            singleTable.entryForTesting?.sleeping == 2 + UInt32(fanBit.trailingZeroBitCount) && doubleTable.entryForTesting?.sleeping == 1
+            singleTable.entryForTesting?.sleeping == Self.groupWord(fanBit) && doubleTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell
         }
         // One group word, one doorbell.
         #expect(try poster.postCountingWakes("fan", state: 1) == 2)
@@ -87,7 +96,7 @@ struct SignalTests {
         // The single-name process takes a name in another bit while asleep on the group word:
         // its thread goes round and sleeps on its doorbell, where posts to either name find it.
         let singleOther = try single.signals.observe(otherName)
-        try await eventually("moved to its doorbell") { singleTable.entryForTesting?.sleeping == 1 }
+        try await eventually("moved to its doorbell") { singleTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell }
         #expect(try poster.postCountingWakes(otherName, state: 3) == 2)
         #expect(try await singleOther.next(deadline: .after(.seconds(10))).state == 3)
         #expect(try await doubleOther.next(deadline: .after(.seconds(10))).state == 3)
@@ -96,14 +105,13 @@ struct SignalTests {
     @Test("a process that posts in the bit it observes sleeps on its doorbell: its own posts no longer wake its thread")
     func postersSleepOnTheirDoorbell() async throws {
         let directory = try TemporaryContainer()
-        // Two container objects: to the table, two processes that both observe and post one
-        // name, as the processes of a role do.
+        // To the table, two processes that both observe and post one name, as the processes of
+        // a role do.
         let app = try SharedContainer(path: directory.path), other = try SharedContainer(path: directory.path)
-        let appTable = try #require(app.signals.backend as? SignalTable)
-        let otherTable = try #require(other.signals.backend as? SignalTable)
+        let appTable = try Self.table(app), otherTable = try Self.table(other)
         let appObservation = try app.signals.observe("role")
         let otherObservation = try other.signals.observe("role")
-        let group = 2 + UInt32(try #require(appTable.entryForTesting).interest.trailingZeroBitCount)
+        let group = Self.groupWord(try #require(appTable.entryForTesting).interest)
         try await eventually("both asleep on the group word") {
             appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
         }
@@ -112,7 +120,7 @@ struct SignalTests {
         try app.signals.post("role", state: 1)
         #expect(try await otherObservation.next(deadline: .after(.seconds(10))).state == 1)
         #expect(try await appObservation.next(deadline: .after(.seconds(10))).state == 1)
-        try await eventually("the poster on its doorbell") { appTable.entryForTesting?.sleeping == 1 }
+        try await eventually("the poster on its doorbell") { appTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell }
         #expect(otherTable.entryForTesting?.sleeping == group)
         // Its posts now wake the other process alone; its own observer still gets each one,
         // from the poster.
