@@ -13,18 +13,34 @@ import Glibc
 /// loopback server and its clients. Handlers run on that thread; a handler that returns `false`
 /// has its descriptor removed and closed by the loop (only the loop closes registered
 /// descriptors, so a descriptor number is never reused while another thread may still act on it).
-package final class PollLoop: Sendable {
+///
+/// The loop's own wake-up pipe lives as long as the object, not as long as the thread: any
+/// holder of the loop may call ``wake()`` or ``stop()`` after the thread has ended, and the byte
+/// it writes must land in this pipe, never in whatever descriptor reused a closed number (a
+/// stray `0x01` at the start of a child process's output, or inside a file, was exactly that).
+///
+/// `@unchecked Sendable`: the state is behind its mutex; `rounds` is only touched atomically.
+package final class PollLoop: @unchecked Sendable {
     package typealias Handler = @Sendable (_ revents: Int16) -> Bool
 
     private struct State {
         var handlers: [(fd: Int32, events: Int16, last: Bool, handler: Handler)] = []
         var removals: [Int32] = []
+        /// Taken out of `handlers` and not closed yet.
+        var closing: Set<Int32> = []
         var stopped = false
+        /// The thread has returned: nothing registered later would ever be polled or closed.
+        var exited = false
+        /// The loop's thread, once it runs (a ``remove(_:)`` from a handler must not wait for it).
+        var thread: pthread_t?
     }
 
     private let state = Mutex(State())
     private let wakeRead: Int32
     private let wakeWrite: Int32
+    /// Bumped (and woken) by the thread after each round of removals and when it exits:
+    /// ``remove(_:)`` sleeps on it in the kernel until its descriptor is gone.
+    private let rounds: UnsafeMutablePointer<UInt32>
     private let tick: (@Sendable () -> Int32)?
 
     /// Starts the thread.
@@ -39,16 +55,34 @@ package final class PollLoop: Sendable {
         }
         wakeRead = ends[0]
         wakeWrite = ends[1]
+        rounds = .allocate(capacity: 1)
+        rounds.initialize(to: 0)
         self.tick = tick
         KernelThread.spawn(name: name) { [self] in self.run() }
+    }
+
+    deinit {
+        // The thread held a reference while it ran, and every caller of `wake()` holds one:
+        // nobody can write to the pipe any more.
+        close(wakeRead)
+        close(wakeWrite)
+        rounds.deallocate()
     }
 
     /// Registers `fd`; `handler` is called with the returned events. Descriptors registered
     /// with `handledLast` (a listening socket) are handled after the others of the same batch,
     /// so that the closes of old connections are recorded before the accepts of new ones.
+    /// After ``stop()`` the descriptor is closed at once (the loop owns what it is given).
     package func add(_ fd: Int32, events: Int16 = Int16(POLLIN), handledLast: Bool = false, handler: @escaping Handler) {
-        state.withLock { $0.handlers.append((fd, events, handledLast, handler)) }
-        wake()
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopped else {
+                close(fd) // under the lock: `withRegistered` never sees the number reused
+                return false
+            }
+            state.handlers.append((fd, events, handledLast, handler))
+            return true
+        }
+        if accepted { wake() }
     }
 
     /// Runs `body` on the caller's thread while the loop cannot close any descriptor.
@@ -56,26 +90,62 @@ package final class PollLoop: Sendable {
         state.withLock { body(Set($0.handlers.map(\.fd))) }
     }
 
-    /// Removes `fd` and closes it on the loop's thread; returns once that is done.
+    /// Removes `fd` and closes it on the loop's thread; returns once that is done (sleeping in
+    /// the kernel). From a handler (on the loop's thread) it returns at once, and the
+    /// descriptor is closed before the next `poll(2)`.
     package func remove(_ fd: Int32) {
-        state.withLock { $0.removals.append(fd) }
+        let onLoopThread = state.withLock { state -> Bool in
+            state.removals.append(fd)
+            return state.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false
+        }
         wake()
-        while state.withLock({ $0.handlers.contains { $0.fd == fd } }) { usleep(50) }
+        guard !onLoopThread else { return }
+        while true {
+            let seen = baton_load32(rounds)
+            let registered = state.withLock { state in
+                !state.exited && (state.closing.contains(fd) || state.handlers.contains { $0.fd == fd })
+            }
+            guard registered else { return }
+            _ = AddressWait.wait(on: rounds, expecting: seen, timeoutNanoseconds: -1)
+        }
     }
 
-    /// Stops the thread and closes every registered descriptor.
+    /// Stops the thread, which closes every registered descriptor. Safe to call more than once,
+    /// and after the thread has ended.
     package func stop() {
-        state.withLock { $0.stopped = true }
-        wake()
+        let first = state.withLock { state -> Bool in
+            defer { state.stopped = true }
+            return !state.stopped
+        }
+        if first { wake() }
     }
 
-    /// Makes the loop call its tick soon.
+    /// Makes the loop call its tick soon. Harmless once the thread has ended (the pipe is
+    /// still this object's).
     package func wake() {
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
     }
 
+    /// True once the thread has returned after ``stop()`` (for tests).
+    package var hasExited: Bool { state.withLock { $0.exited } }
+
+    /// Sleeps in the kernel until the thread has returned after ``stop()`` (for tests).
+    package func waitUntilExited() {
+        while true {
+            let seen = baton_load32(rounds)
+            if hasExited { return }
+            _ = AddressWait.wait(on: rounds, expecting: seen, timeoutNanoseconds: -1)
+        }
+    }
+
+    private func endRound() {
+        baton_add32(rounds, 1)
+        AddressWait.wakeAll(rounds)
+    }
+
     private func run() {
+        state.withLock { $0.thread = pthread_self() }
         var drain = [UInt8](repeating: 0, count: 256)
         var timeout: Int32 = -1
         while true {
@@ -83,14 +153,18 @@ package final class PollLoop: Sendable {
                 let removed = state.handlers.filter { state.stopped || state.removals.contains($0.fd) }.map(\.fd)
                 state.handlers.removeAll { removed.contains($0.fd) }
                 state.removals.removeAll()
+                state.closing.formUnion(removed)
                 return (state.handlers, removed, state.stopped)
             }
             for fd in removed { close(fd) }
-            if stopped {
-                close(wakeRead)
-                close(wakeWrite)
-                return
+            if !removed.isEmpty || stopped {
+                state.withLock { state in
+                    state.closing.subtract(removed)
+                    state.exited = stopped
+                }
+                endRound()
             }
+            if stopped { return }
             var descriptors = entries.map { pollfd(fd: $0.fd, events: $0.events, revents: 0) }
             descriptors.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
@@ -98,13 +172,20 @@ package final class PollLoop: Sendable {
             if descriptors.last!.revents != 0 { _ = read(wakeRead, &drain, drain.count) }
             let indices = Array(descriptors.indices.dropLast())
             let order = indices.filter { !entries[$0].last } + indices.filter { entries[$0].last }
+            var closedHere = false
             for index in order where descriptors[index].revents != 0 {
                 let entry = entries[index]
                 if !entry.handler(descriptors[index].revents) {
-                    state.withLock { state in state.handlers.removeAll { $0.fd == entry.fd } }
+                    state.withLock { state in
+                        state.handlers.removeAll { $0.fd == entry.fd }
+                        state.closing.insert(entry.fd)
+                    }
                     close(entry.fd)
+                    state.withLock { _ = $0.closing.remove(entry.fd) }
+                    closedHere = true
                 }
             }
+            if closedHere { endRound() }
             timeout = tick?() ?? -1
         }
     }
