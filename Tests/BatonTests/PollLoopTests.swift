@@ -20,7 +20,9 @@ struct PollLoopTests {
     private static func socketPairs(_ count: Int) -> [(Int32, Int32)] {
         (0..<count).compactMap { _ in
             var ends: [Int32] = [-1, -1]
-            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0 else { return nil }
+            // Close-on-exec: a child spawned by a test running beside this one must not keep a
+            // copy (the peer would not see the end of file while the child lives).
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else { return nil }
             return (ends[0], ends[1])
         }
     }
@@ -64,6 +66,14 @@ struct PollLoopTests {
         #expect(!called.withLock { $0 })
     }
 
+    /// The socket's inode while `fd` names it; `nil` once the number is closed or names
+    /// something else (another thread may reuse a closed number at once).
+    private static func inode(_ fd: Int32) -> UInt64? {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        return UInt64(info.st_ino)
+    }
+
     @Test("remove returns once the loop has closed the descriptor, and a registered one is closed by stop")
     func removeWaitsForTheClose() throws {
         let loop = try PollLoop(name: "test-poll")
@@ -71,11 +81,13 @@ struct PollLoopTests {
         for _ in 0..<200 {
             let pair = try #require(Self.socketPairs(1).first)
             defer { close(pair.1) }
+            let socket = try #require(Self.inode(pair.0))
             loop.add(pair.0) { _ in true }
             loop.remove(pair.0)
-            // Closed before `remove` returned: the peer's end of file is already there.
-            var entry = pollfd(fd: pair.1, events: Int16(POLLIN), revents: 0)
-            #expect(poll(&entry, 1, 0) == 1)
+            // Closed before `remove` returned: the number no longer names that socket. (Its
+            // peer's end of file can come later: a child spawned beside this test holds a copy
+            // of every descriptor between its fork and its exec.)
+            #expect(Self.inode(pair.0) != socket)
         }
         let kept = try #require(Self.socketPairs(1).first)
         defer { close(kept.1) }
@@ -83,6 +95,6 @@ struct PollLoopTests {
         loop.stop()
         loop.waitUntilExited()
         var entry = pollfd(fd: kept.1, events: Int16(POLLIN), revents: 0)
-        #expect(poll(&entry, 1, 0) == 1, "stop closed the registered descriptor")
+        #expect(poll(&entry, 1, 5_000) == 1, "stop closed the registered descriptor")
     }
 }
