@@ -40,6 +40,7 @@ package final class LoopbackClient: SupervisedConnection {
 
     private let fd: Int32
     private let loop: PollLoop
+    private let continuation: AsyncStream<LoopbackLine>.Continuation
     private let state = Mutex<(closed: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     /// The lines the server sends (`MSG`, `IDLE`, replies), in order; finished at the end of
@@ -56,9 +57,10 @@ package final class LoopbackClient: SupervisedConnection {
         loop = try Self.sharedLoop()
         let (incoming, continuation) = AsyncStream.makeStream(of: LoopbackLine.self)
         self.incoming = incoming
+        self.continuation = continuation
         let fd = self.fd
         let splitter = Mutex(LineSplitter())
-        loop.add(fd, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */) { [weak self] _ in
+        try loop.add(fd, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */) { [weak self] _ in
             var buffer = [UInt8](repeating: 0, count: 16_384)
             while true {
                 let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
@@ -97,15 +99,13 @@ package final class LoopbackClient: SupervisedConnection {
         }
     }
 
-    /// Shuts the socket down without waiting (the poll thread closes it at the end of stream).
+    /// Shuts the socket down and closes it (the peer has its end of stream when this returns:
+    /// loopback delivers the FIN within the call). The descriptor leaves the poll loop's set
+    /// first, so that the loop's thread is not woken by this socket's own hang-up.
     package func disconnect() {
-        let shut = loop.withRegistered { registered -> Bool in
-            guard registered.contains(fd) && !isClosed else { return false }
-            return shutdown(fd, Int32(SHUT_RDWR)) == 0
-        }
-        // After shutdown(2) the peer has its end of stream (loopback delivers the FIN within
-        // the call); the poll thread still closes the descriptor when it sees the end.
-        if shut { markClosed() }
+        guard !isClosed, loop.remove(fd, shuttingDown: true) else { return }
+        continuation.finish()
+        markClosed()
     }
 
     package func closed() async {
@@ -150,8 +150,9 @@ package final class LoopbackClient: SupervisedConnection {
     deinit {
         // `closed` is set before the loop removes and closes the descriptor, so while it is
         // false the number still names this connection's socket.
-        loop.withRegistered { registered in
-            if registered.contains(fd) && !isClosed { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+        if !isClosed {
+            loop.remove(fd, shuttingDown: true)
+            continuation.finish()
         }
     }
 }

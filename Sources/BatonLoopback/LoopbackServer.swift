@@ -116,7 +116,7 @@ public final class LoopbackServer: Sendable {
         }
         let created = try PollLoop(name: "loopback-server") { [weak self] in self?.tick() ?? -1 }
         loop.withLock { $0 = created }
-        register(listener: listener)
+        try register(listener: listener)
     }
 
     deinit { stop() }
@@ -143,12 +143,16 @@ public final class LoopbackServer: Sendable {
             state.stopped = true
             return Array(state.openByFD.keys)
         }
-        for fd in fds { shutdown(fd, Int32(SHUT_RDWR)) }
+        // Only numbers the loop still has (it closes a connection whose end it saw): one it
+        // closed may name another socket by now.
+        pollLoop?.withRegistered { registered in
+            for fd in fds where registered.contains(fd) { shutdown(fd, Int32(SHUT_RDWR)) }
+        }
         pollLoop?.stop()
     }
 
-    private func register(listener: Int32) {
-        pollLoop?.add(listener, handledLast: true) { [weak self] _ in
+    private func register(listener: Int32) throws {
+        try pollLoop?.add(listener, handledLast: true) { [weak self] _ in
             guard let self else { return false }
             while true {
                 let client = baton_accept_cloexec(listener)
@@ -159,7 +163,11 @@ public final class LoopbackServer: Sendable {
                 // that closed before a newer one connected is recorded closed before the newer
                 // one opens, even when both wait in the backlog of one batch.
                 if self.readable(client) {
-                    self.pollLoop?.add(client) { [weak self] _ in self?.readable(client) ?? false }
+                    do {
+                        try self.pollLoop?.add(client) { [weak self] _ in self?.readable(client) ?? false }
+                    } catch {
+                        self.closed(client) // `add` closed it: recorded as a dropped connection
+                    }
                 } else {
                     close(client)
                 }
@@ -402,7 +410,7 @@ public final class LoopbackServer: Sendable {
         guard state.withLock({ $0.listener < 0 }) else { return }
         let (listener, _) = try LoopbackSocket.listening(port: port)
         state.withLock { $0.listener = listener }
-        register(listener: listener)
+        try register(listener: listener)
     }
 
     /// Waits (polling every 2 ms, a test helper) until `predicate` holds for the records.

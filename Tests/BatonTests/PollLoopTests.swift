@@ -34,9 +34,12 @@ struct PollLoopTests {
         return entries.filter { $0.revents != 0 }.map(\.fd)
     }
 
-    @Test("a loop woken or stopped again after its thread ended writes into no other descriptor")
-    func wakesAfterTheThreadEndedStayInTheLoop() throws {
-        let loop = try PollLoop(name: "test-poll")
+    /// Both ways of waiting: epoll (Linux's default) and `poll(2)` (the other platforms').
+    static let backends: [PollLoop.Backend] = [.epoll, .poll]
+
+    @Test("a loop woken or stopped again after its thread ended writes into no other descriptor", arguments: backends)
+    func wakesAfterTheThreadEndedStayInTheLoop(backend: PollLoop.Backend) throws {
+        let loop = try PollLoop(name: "test-poll", backend: backend)
         loop.stop()
         loop.waitUntilExited()
         // Every low number the loop's thread could have closed is now taken by these.
@@ -50,15 +53,15 @@ struct PollLoopTests {
         #expect(fcntl(pairs[0].0, F_GETFD) >= 0)
     }
 
-    @Test("a descriptor handed to a stopped loop is closed, not leaked")
-    func addAfterStopClosesTheDescriptor() throws {
-        let loop = try PollLoop(name: "test-poll")
+    @Test("a descriptor handed to a stopped loop is closed, not leaked", arguments: backends)
+    func addAfterStopClosesTheDescriptor(backend: PollLoop.Backend) throws {
+        let loop = try PollLoop(name: "test-poll", backend: backend)
         loop.stop()
         loop.waitUntilExited()
         let pair = try #require(Self.socketPairs(1).first)
         defer { close(pair.1) }
         let called = Mutex(false)
-        loop.add(pair.0) { _ in called.withLock { $0 = true }; return true }
+        try loop.add(pair.0) { _ in called.withLock { $0 = true }; return true }
         var entry = pollfd(fd: pair.1, events: Int16(POLLIN), revents: 0)
         #expect(poll(&entry, 1, 5_000) == 1)
         var byte: UInt8 = 0
@@ -74,15 +77,15 @@ struct PollLoopTests {
         return UInt64(info.st_ino)
     }
 
-    @Test("remove returns once the loop has closed the descriptor, and a registered one is closed by stop")
-    func removeWaitsForTheClose() throws {
-        let loop = try PollLoop(name: "test-poll")
+    @Test("remove returns once the loop has closed the descriptor, and a registered one is closed by stop", arguments: backends)
+    func removeWaitsForTheClose(backend: PollLoop.Backend) throws {
+        let loop = try PollLoop(name: "test-poll", backend: backend)
         defer { loop.stop() }
         for _ in 0..<200 {
             let pair = try #require(Self.socketPairs(1).first)
             defer { close(pair.1) }
             let socket = try #require(Self.inode(pair.0))
-            loop.add(pair.0) { _ in true }
+            try loop.add(pair.0) { _ in true }
             loop.remove(pair.0)
             // Closed before `remove` returned: the number no longer names that socket. (Its
             // peer's end of file can come later: a child spawned beside this test holds a copy
@@ -91,10 +94,72 @@ struct PollLoopTests {
         }
         let kept = try #require(Self.socketPairs(1).first)
         defer { close(kept.1) }
-        loop.add(kept.0) { _ in true }
+        try loop.add(kept.0) { _ in true }
         loop.stop()
         loop.waitUntilExited()
         var entry = pollfd(fd: kept.1, events: Int16(POLLIN), revents: 0)
         #expect(poll(&entry, 1, 5_000) == 1, "stop closed the registered descriptor")
+    }
+
+    @Test("with epoll, descriptors come and go without waking the loop's thread; with poll(2), each change wakes it")
+    func changesWakeTheThreadOnlyWithPoll() throws {
+        for backend in Self.backends {
+            let loop = try PollLoop(name: "test-poll", backend: backend)
+            defer { loop.stop() }
+            // Let the thread reach its first wait.
+            let warm = try #require(Self.socketPairs(1).first)
+            try loop.add(warm.0) { _ in true }
+            loop.remove(warm.0)
+            close(warm.1)
+            let before = loop.waits
+            for _ in 0..<50 {
+                let pair = try #require(Self.socketPairs(1).first)
+                defer { close(pair.1) }
+                try loop.add(pair.0) { _ in true }
+                #expect(loop.remove(pair.0))
+            }
+            let woken = loop.waits - before
+            switch backend {
+            case .epoll: #expect(woken == 0, "epoll: 50 adds and removes woke the thread \(woken) times")
+            case .poll: #expect(woken >= 50, "poll: a removal is made by the thread, which must wake")
+            }
+        }
+    }
+
+    @Test("a descriptor removed while its handler runs is closed after the handler returns, and events still arrive", arguments: backends)
+    func removeDuringTheHandlerWaitsForIt(backend: PollLoop.Backend) async throws {
+        let loop = try PollLoop(name: "test-poll", backend: backend)
+        defer { loop.stop() }
+        let pair = try #require(Self.socketPairs(1).first)
+        defer { close(pair.1) }
+        let socket = try #require(Self.inode(pair.0))
+        // The handler reads one byte, says it is in, then waits for the test to let it go.
+        let inHandler = Mutex(false), release = Mutex(false), seenInside = Mutex<UInt64?>(nil)
+        try loop.add(pair.0) { _ in
+            var byte: UInt8 = 0
+            _ = recv(pair.0, &byte, 1, Int32(MSG_DONTWAIT))
+            inHandler.withLock { $0 = true }
+            while !release.withLock({ $0 }) { usleep(1_000) } // test code: the handler is held open
+            seenInside.withLock { $0 = Self.inode(pair.0) }
+            return true
+        }
+        var byte: UInt8 = 7
+        #expect(send(pair.1, &byte, 1, 0) == 1)
+        while !inHandler.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
+        // `remove` from another thread must wait for the handler, which still uses the number.
+        // (A thread of its own: a blocked task would hold one of the few cooperative threads.)
+        let removed = Mutex<Bool?>(nil)
+        KernelThread.spawn(name: "test-remove") {
+            let result = loop.remove(pair.0)
+            removed.withLock { $0 = result }
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(Self.inode(pair.0) == socket, "closed under a running handler")
+        #expect(removed.withLock { $0 } == nil, "remove returned while the handler ran")
+        release.withLock { $0 = true }
+        while removed.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(removed.withLock { $0 } == true)
+        #expect(seenInside.withLock { $0 } == socket)
+        #expect(Self.inode(pair.0) != socket, "closed once remove returned")
     }
 }

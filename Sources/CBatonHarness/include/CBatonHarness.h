@@ -13,6 +13,21 @@ int baton_pipe_cloexec(int fds[2], int nonblocking);
 /// `accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)`, retried on EINTR.
 int baton_accept_cloexec(int listener);
 
+#include <stdint.h>
+
+// epoll (Linux) for the loopback fixtures' poll loop: a descriptor is added or removed by any
+// thread without waking the one that waits. Each returns -1 with errno set (ENOSYS elsewhere).
+
+/// `epoll_create1(EPOLL_CLOEXEC)`.
+int baton_epoll_create(void);
+/// `EPOLL_CTL_ADD` of `fd` for `events` (level-triggered), reported with `token`.
+int baton_epoll_add(int epoll, int fd, uint32_t events, uint64_t token);
+/// `EPOLL_CTL_DEL` of `fd`.
+int baton_epoll_remove(int epoll, int fd);
+/// `epoll_wait` for at most `capacity` (at most 64) events: their tokens and events. Returns
+/// how many (-1 with EINTR when a signal interrupted the wait).
+int baton_epoll_wait(int epoll, uint64_t *tokens, uint32_t *events, int capacity, int timeout);
+
 
 #include <stddef.h>
 #include <sys/types.h>
