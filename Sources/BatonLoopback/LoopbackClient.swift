@@ -148,8 +148,9 @@ package final class LoopbackClient: SupervisedConnection {
     }
 
     deinit {
-        // `closed` is set before the loop removes and closes the descriptor, so while it is
-        // false the number still names this connection's socket.
+        // While `closed` is false the socket is still in the loop's set (the handler sets it
+        // before it gives the descriptor back, `disconnect` after the removal), and `remove`
+        // acts only on a registered number.
         if !isClosed {
             loop.remove(fd, shuttingDown: true)
             continuation.finish()
