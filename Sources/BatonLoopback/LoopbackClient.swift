@@ -151,9 +151,6 @@ package final class LoopbackClient: SupervisedConnection {
         // While `closed` is false the socket is still in the loop's set (the handler sets it
         // before it gives the descriptor back, `disconnect` after the removal), and `remove`
         // acts only on a registered number.
-        if !isClosed {
-            loop.remove(fd, shuttingDown: true)
-            continuation.finish()
-        }
+        disconnect()
     }
 }

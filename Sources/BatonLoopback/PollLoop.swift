@@ -182,14 +182,11 @@ package final class PollLoop: @unchecked Sendable {
             let onLoopThread = state.isLoopThread()
             switch backend {
             case .epoll:
-                state.entries[fd] = nil
-                _ = baton_epoll_remove(epoll, fd)
+                takeOut(fd, &state)
                 if shuttingDown { shutdown(fd, Int32(SHUT_RDWR)) }
-                if state.dispatching {
-                    state.closing.insert(fd)
-                    return (true, !onLoopThread, false)
-                }
+                if state.dispatching { return (true, !onLoopThread, false) }
                 close(fd)
+                state.closing.remove(fd)
                 return (true, false, false)
             case .poll:
                 if shuttingDown { shutdown(fd, Int32(SHUT_RDWR)) }
@@ -198,15 +195,10 @@ package final class PollLoop: @unchecked Sendable {
             }
         }
         if wakeNeeded { wake() }
-        guard wait else { return registered }
-        while true {
-            let seen = baton_load32(rounds)
-            let pending = state.withLock { state in
-                !state.exited && (state.closing.contains(fd) || state.entries[fd] != nil)
-            }
-            guard pending else { return registered }
-            _ = AddressWait.wait(on: rounds, expecting: seen, timeoutNanoseconds: -1)
+        if wait {
+            waitForRounds { $0.exited || !($0.closing.contains(fd) || $0.entries[fd] != nil) }
         }
+        return registered
     }
 
     /// Stops the thread, which closes every registered descriptor. Safe to call more than once,
@@ -235,9 +227,22 @@ package final class PollLoop: @unchecked Sendable {
 
     /// Sleeps in the kernel until the thread has returned after ``stop()`` (for tests).
     package func waitUntilExited() {
+        waitForRounds { $0.exited }
+    }
+
+    /// Takes `fd` out of the set (and out of epoll's) into `closing`: closed by the thread at
+    /// the end of its batch (``finishClosing(_:)``), or by the caller under the same lock.
+    private func takeOut(_ fd: Int32, _ state: inout State) {
+        state.entries[fd] = nil
+        if backend == .epoll { _ = baton_epoll_remove(epoll, fd) }
+        state.closing.insert(fd)
+    }
+
+    /// Sleeps in the kernel until `done` holds, looking again after each round of the thread.
+    private func waitForRounds(until done: (State) -> Bool) {
         while true {
             let seen = baton_load32(rounds)
-            if hasExited { return }
+            if state.withLock({ done($0) }) { return }
             _ = AddressWait.wait(on: rounds, expecting: seen, timeoutNanoseconds: -1)
         }
     }
@@ -261,9 +266,8 @@ package final class PollLoop: @unchecked Sendable {
             if backend == .poll {
                 let removed = state.withLock { state -> [Int32] in
                     let removed = state.removals.filter { state.entries[$0] != nil }
-                    for fd in removed { state.entries[fd] = nil }
+                    for fd in removed { takeOut(fd, &state) }
                     state.removals.removeAll()
-                    state.closing.formUnion(removed)
                     return removed
                 }
                 finishClosing(removed)
@@ -313,16 +317,11 @@ package final class PollLoop: @unchecked Sendable {
             if stopped {
                 let all = state.withLock { state -> [Int32] in
                     let all = Array(state.entries.keys)
-                    for fd in all where backend == .epoll { _ = baton_epoll_remove(epoll, fd) }
-                    state.entries.removeAll()
-                    state.closing.formUnion(all)
+                    for fd in all { takeOut(fd, &state) }
                     return all
                 }
-                for fd in all { close(fd) }
-                state.withLock { state in
-                    state.closing.subtract(all)
-                    state.exited = true
-                }
+                finishClosing(all)
+                state.withLock { $0.exited = true }
                 endRound()
                 return
             }
@@ -331,10 +330,7 @@ package final class PollLoop: @unchecked Sendable {
                 guard state.withLock({ $0.entries[entry.fd]?.token == entry.token }) else { continue }
                 if !entry.handler(revents) {
                     state.withLock { state in
-                        guard state.entries[entry.fd]?.token == entry.token else { return }
-                        state.entries[entry.fd] = nil
-                        if backend == .epoll { _ = baton_epoll_remove(epoll, entry.fd) }
-                        state.closing.insert(entry.fd)
+                        if state.entries[entry.fd]?.token == entry.token { takeOut(entry.fd, &state) }
                     }
                 }
             }
