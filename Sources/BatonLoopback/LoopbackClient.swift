@@ -50,16 +50,20 @@ package final class LoopbackClient: SupervisedConnection {
     /// Connects to 127.0.0.1:`port` and says `HELLO` when `hello` is given.
     /// - Throws: `systemCallFailed` (for example when the server refuses).
     package init(port: UInt16, hello: Hello? = nil) throws {
+        handOverTrace("client.connect")
         fd = try LoopbackSocket.connected(port: port)
+        handOverTrace("client.connectd")
         if let hello {
             LoopbackSocket.write(fd, LoopbackLine.hello(name: hello.name, pid: hello.pid, epoch: hello.epoch).text)
         }
+        handOverTrace("client.hello")
         loop = try Self.sharedLoop()
         let (incoming, continuation) = AsyncStream.makeStream(of: LoopbackLine.self)
         self.incoming = incoming
         self.continuation = continuation
         let fd = self.fd
         let splitter = Mutex(LineSplitter())
+        defer { handOverTrace("client.added") }
         try loop.add(fd, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */) { [weak self] _ in
             var buffer = [UInt8](repeating: 0, count: 16_384)
             while true {
@@ -103,7 +107,9 @@ package final class LoopbackClient: SupervisedConnection {
     /// loopback delivers the FIN within the call). The descriptor leaves the poll loop's set
     /// first, so that the loop's thread is not woken by this socket's own hang-up.
     package func disconnect() {
+        handOverTrace("client.close")
         guard !isClosed, loop.remove(fd, shuttingDown: true) else { return }
+        handOverTrace("client.closed")
         continuation.finish()
         markClosed()
     }

@@ -184,8 +184,10 @@ package final class PollLoop: @unchecked Sendable {
             case .epoll:
                 takeOut(fd, &state)
                 if shuttingDown { shutdown(fd, Int32(SHUT_RDWR)) }
+                handOverTrace("poll.shutdown")
                 if state.dispatching { return (true, !onLoopThread, false) }
                 close(fd)
+                handOverTrace("poll.closed")
                 state.closing.remove(fd)
                 return (true, false, false)
             case .poll:

@@ -274,6 +274,7 @@ final class KernelWaitThread: @unchecked Sendable {
                     }
                 }
             }
+            handOverTrace("waitthread.woke")
             // (Outside the lock: the reference taken here may be the source's last one.)
             let source = state.withLock { $0.source }
             source?.roundEnded()

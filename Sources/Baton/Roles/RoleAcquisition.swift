@@ -74,6 +74,7 @@ extension RoleCore {
             try Task.checkCancellation()
             let decision: Decision
             var wroteStop = false
+            handOverTrace("acquire.pass")
             do {
                 decision = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, wroteStop: &wroteStop)
                 if wroteStop { postedStop = true }
@@ -84,6 +85,7 @@ extension RoleCore {
             }
             switch decision {
             case .granted(let epoch, let previous, let replaced):
+                handOverTrace("acquire.granted")
                 granted = true
                 // A grant of a free role changes nothing any waiter or holder waits for (no
                 // grant lets another acquisition through): it rings the grants signal alone,
@@ -99,6 +101,7 @@ extension RoleCore {
             case .wait(let until, let blocker, let entitled, let byHolder):
                 // Rung when this pass wrote a stop request, not on every pass after: a ring
                 // wakes the holder to read the record again.
+                handOverTrace("acquire.wait")
                 if wroteStop { ring() }
                 if deadline.hasPassed {
                     if entitled {
@@ -127,6 +130,7 @@ extension RoleCore {
                 repeat {
                     wake = try await Self.waitAny(
                         observation: current.observation, files: current.files, filesSeen: filesSeen, deadline: slice)
+                    handOverTrace("acquire.woke")
                     // This process's own ring (its stop request) changes nothing it waits for.
                 } while isOwnRing(wake)
                 if case .files = wake {

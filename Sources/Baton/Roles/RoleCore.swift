@@ -271,6 +271,7 @@ final class RoleCore: Sendable {
             return grant
         }
         guard released != nil else { return }
+        handOverTrace("release")
         let suspended = state.withLock { $0.suspended }
         if !suspended {
             // Nothing may be locked while suspended: the record then still names this epoch,
@@ -282,6 +283,7 @@ final class RoleCore: Sendable {
                 }
             }
         }
+        handOverTrace("release.written")
         holderLock.unlock()
         state.withLock { $0.turnTaken = false }
         turnChanges.notify()

@@ -164,7 +164,10 @@ public struct StopRequests: AsyncSequence, Sendable {
                     return nil
                 case .request(let request):
                     let key = StopRequest(priority: request.priority, pid: request.pid, deadline: Date(timeIntervalSince1970: 0))
-                    if delivered.insert(key).inserted { return request }
+                    if delivered.insert(key).inserted {
+                        handOverTrace("stopreq.found")
+                        return request
+                    }
                 case .nothing:
                     break
                 }
@@ -172,6 +175,7 @@ public struct StopRequests: AsyncSequence, Sendable {
                 // this process's suspension); no timer needed.
                 do {
                     _ = try await observation.next(deadline: .never)
+                    handOverTrace("stopreq.woke")
                 } catch {
                     return nil
                 }

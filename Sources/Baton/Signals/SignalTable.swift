@@ -573,6 +573,8 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // MARK: SignalBackend
 
     func post(_ name: String, state value: UInt64?) throws {
+        handOverTrace("signal.post")
+        defer { handOverTrace("signal.posted") }
         _ = try postCountingWakes(name, state: value)
     }
 
@@ -788,6 +790,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // thread, which would cost a second round.
             let outer = baton_thread_context()
             baton_set_thread_context(deliveringMarker)
+            handOverTrace("signal.deliver")
             for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
             baton_set_thread_context(outer)
         }

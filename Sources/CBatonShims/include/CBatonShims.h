@@ -28,6 +28,13 @@ void baton_mapping_guard_unregister(int slot);
 /// How many faults the guard repaired in this process.
 uint64_t baton_mapping_guard_repairs(void);
 
+// The hand-over trace (trace.c): a diagnostic compiled into the Swift side only with
+// `-Xswiftc -DBATON_TRACE` (see Sources/Baton/System/HandOverTrace.swift).
+/// Appends (monotonic time, calling thread, `tag`, at most 15 bytes) to the file
+/// `$BATON_TRACE_DIR/trace.<pid>`, a shared mapping that survives SIGKILL; nothing when the
+/// variable is unset or the file cannot be made.
+void baton_trace_event(const char *tag);
+
 // The thread context (thread_context.c): one pointer per thread, C11 `_Thread_local`, so that
 // Swift code can ask "is this thread the one my executor runs?" without naming pthread_t
 // (an integer on Linux, a pointer on Apple platforms).

@@ -192,6 +192,7 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
             }
             let grant: any ConnectionGrant
             do {
+                handOverTrace("sup.acquire")
                 grant = try await permit.acquire(deadline: .never)
             } catch is CancellationError {
                 return
@@ -226,6 +227,7 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
 
     /// One grant: connect and reconnect until the grant must end, then close.
     private func session(_ grant: any ConnectionGrant) async {
+        handOverTrace("sup.session")
         state.withLock { state in
             state.grant = grant
             state.sessionActive = true
@@ -265,6 +267,7 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
     /// taking the process's time away regardless); or when cancelled.
     private func untilStopRequested(_ grant: any ConnectionGrant) async {
         do { try await grant.stopRequested() } catch { return }
+        handOverTrace("sup.stopreq")
         while !Task.isCancelled {
             let seen = sessionEvents.snapshot()
             let (sectionsEnded, suspending) = state.withLock { ($0.criticalSections == 0, $0.stopSession) }
@@ -290,8 +293,11 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
             return .some(state.connection)
         }
         guard case .some(let connection) = taken else { return }
+        handOverTrace("sup.close")
         if let connection { await connection.close() }
+        handOverTrace("sup.release")
         await grant.release()
+        handOverTrace("sup.released")
         state.withLock { $0.grant = nil }
     }
 
@@ -337,8 +343,10 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
                 return true
             }
             guard starts else { return }
+            handOverTrace("sup.connect")
             publish(.connecting(attempt: attempt))
             let connection = await connectOnce()
+            handOverTrace("sup.connected")
             let since = ContinuousClock.now
             let kept = state.withLock { state -> Bool in
                 state.attemptInFlight = false
@@ -376,10 +384,13 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
         }
     }
 
-    /// Set by the deadline timer when an attempt ran out of time (before it cancels it).
+    /// What the deadline timer of one attempt and the attempt share.
     private final class AttemptTimeout: Sendable {
+        /// Set by the timer when the attempt ran out of time (before it cancels it).
         let fired = Atomic<Bool>(false)
-        /// The attempt, once started (the timer is armed first).
+        /// Set by the attempt when `connect` returned or threw.
+        let finished = Atomic<Bool>(false)
+        /// The attempt, stored before the timer is armed.
         let attempt = Mutex<Task<Connection, any Error>?>(nil)
     }
 
@@ -406,28 +417,33 @@ public final class ConnectionSupervisor<Connection: SupervisedConnection>: Criti
     /// (A second, sleeping task raced against it in a task group cost two more thread wake-ups
     /// per connect: the sleeper's start, and its cancellation that the group waits for.) See
     /// ``startAttempt(_:)`` for where it runs.
+    ///
+    /// The timer is armed only for an attempt still running once started, with the timeout
+    /// counted from before the start: an attempt started immediately that finished without
+    /// suspending needs none, and arming it would wake the timer's thread (a timer thread with
+    /// nothing to do sleeps without a deadline) on the way to the connection, about 10 µs of a
+    /// hand-over here. An attempt that ran past its timeout before it first suspended is
+    /// cancelled as soon as the timer is armed (its deadline has passed).
     private func connectOnce() async -> Connection? {
         let timeout = configuration.connectTimeout
         let connect = connectBody
         let expiry = AttemptTimeout()
-        // Armed before the attempt starts: an attempt started immediately may run a while
-        // before it first suspends, and the timeout counts from here.
-        let timer = DeadlineTimer.shared.schedule(at: .now.advanced(by: timeout)) {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let attempt = Self.startAttempt {
+            defer { expiry.finished.store(true, ordering: .releasing) }
+            return try await connect()
+        }
+        expiry.attempt.withLock { $0 = attempt }
+        let timer: UInt64? = expiry.finished.load(ordering: .acquiring) ? nil : DeadlineTimer.shared.schedule(at: deadline) {
             expiry.fired.store(true, ordering: .releasing)
             expiry.attempt.withLock { $0 }?.cancel()
         }
-        let attempt = Self.startAttempt(connect)
-        let cancelled = expiry.attempt.withLock { slot -> Bool in
-            slot = attempt
-            return expiry.fired.load(ordering: .acquiring)
-        }
-        if cancelled { attempt.cancel() }
         let result = await withTaskCancellationHandler {
             await attempt.result
         } onCancel: {
             attempt.cancel()
         }
-        DeadlineTimer.shared.cancel(timer)
+        if let timer { DeadlineTimer.shared.cancel(timer) }
         let timedOut = expiry.fired.load(ordering: .acquiring)
         switch result {
         case .success(let connection) where !timedOut:

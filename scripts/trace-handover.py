@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Lays the hand-over traces of `baton bench lifecycle` on one time line.
+
+Build with the trace points compiled in, run the bench with BATON_TRACE_DIR set, then read:
+
+    swift build -c release -Xswiftc -DBATON_TRACE --product baton
+    swift build -c release -Xswiftc -DBATON_TRACE --product baton-harness
+    export BATON_TRACE_DIR=$(mktemp -d)
+    .build/release/baton bench lifecycle --conditions idle
+    python3 scripts/trace-handover.py "$BATON_TRACE_DIR"
+
+Each process wrote trace.<pid> (records of 32 bytes: monotonic ns, thread, 16-byte tag; see
+Sources/CBatonShims/trace.c). The bench process is the one that wrote `bench.start`; a hand-over
+runs from its `bench.start` to its `bench.connected`, and holds the events of every process in
+between. For each preempted worker (one per measurement: global executor, then signal thread),
+this prints, over that worker's hand-overs after the first tenth, the median time of each event
+since `bench.start` (an event that happens several times in a hand-over is numbered), the step
+from the event before, and the process: B the bench (the new holder), W the preempted worker.
+The raw floor's hand-overs (`floor.start` to `floor.connected`) are summed up the same way.
+"""
+import collections
+import glob
+import statistics
+import struct
+import sys
+
+
+def load(directory):
+    events, bench = [], None
+    for path in glob.glob(directory + "/trace.*"):
+        pid = int(path.rsplit(".", 1)[1])
+        data = open(path, "rb").read()
+        for offset in range(0, len(data), 32):
+            ns, thread = struct.unpack_from("<QQ", data, offset)
+            if ns == 0:
+                break
+            tag = data[offset + 16:offset + 32].split(b"\0")[0].decode()
+            events.append((ns, pid, thread, tag))
+            if tag == "bench.start":
+                bench = pid
+    events.sort()
+    return events, bench
+
+
+def spans(events, start, end, only=None):
+    result, current = [], None
+    for event in events:
+        if only is not None and event[1] not in only:
+            continue
+        if event[3] == start:
+            current = [event]
+        elif current is not None:
+            current.append(event)
+            if event[3] == end:
+                result.append(current)
+                current = None
+    return result
+
+
+def summarize(rounds, label):
+    rounds = rounds[len(rounds) // 10:]
+    if not rounds:
+        return
+    total = statistics.median((r[-1][0] - r[0][0]) / 1000 for r in rounds)
+    print(f"{label}: {len(rounds)} hand-overs, median {total:.1f} µs")
+    times = collections.defaultdict(list)
+    for r in rounds:
+        seen = collections.Counter()
+        for ns, pid, _, tag in r:
+            key = (label_of[pid], tag, seen[(pid, tag)])
+            seen[(pid, tag)] += 1
+            times[key].append((ns - r[0][0]) / 1000)
+    keys = [k for k in times if len(times[k]) >= len(rounds) / 2]
+    keys.sort(key=lambda k: statistics.median(times[k]))
+    previous = 0.0
+    for who, tag, number in keys:
+        median = statistics.median(times[(who, tag, number)])
+        suffix = f" #{number + 1}" if number else ""
+        print(f"  {median:7.1f}  +{median - previous:6.1f}  {who}  {tag}{suffix}")
+        previous = median
+    print()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    events, bench = load(sys.argv[1])
+    if bench is None:
+        sys.exit("no bench.start in the traces: was the bench built with -Xswiftc -DBATON_TRACE and run with BATON_TRACE_DIR?")
+    label_of = collections.defaultdict(lambda: "W")
+    label_of[bench] = "B"
+    summarize(spans(events, "floor.start", "floor.connected"), "raw floor")
+    all_rounds = spans(events, "bench.start", "bench.connected")
+    # The preempted workers (the processes other than the bench that ran a supervisor), in the
+    # order their measurements ran.
+    workers = []
+    for _, pid, _, tag in events:
+        if pid != bench and tag.startswith("sup.") and pid not in workers:
+            workers.append(pid)
+    names = ["preemption to connected (global executor)", "preemption to connected (signal thread)"]
+    for index, worker in enumerate(workers):
+        rounds = [r for r in all_rounds if any(e[1] == worker for e in r)]
+        summarize(rounds, names[index] if index < len(names) else f"worker {worker}")
