@@ -1,6 +1,7 @@
-import Baton
+@testable import Baton
 import Foundation
 import BatonTestSupport
+import Synchronization
 import Testing
 #if canImport(Darwin)
 import Darwin
@@ -469,6 +470,38 @@ struct RoleTests {
         _ = flock(arbiter, LOCK_UN)
         let epochs = try await Self.acquireEpochs(1, container: dir.path)
         #expect(epochs[0] == 2)
+    }
+
+    @Test func aBrieflyHeldArbiterIsTakenWithoutAWaitingThread() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        _ = try role.status()
+        let directory = role.core.directory
+        // The watch's bound (100 µs) made long, so that the release below comes within it however
+        // slowly this runner schedules the test; the step itself is the same.
+        directory.arbiterSpinNanoseconds.store(Duration.seconds(30).nanoseconds, ordering: .relaxed)
+        // Another open file description holds the arbiter, as another process's transition does.
+        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDWR | O_CLOEXEC)
+        #expect(flock(arbiter, LOCK_EX) == 0)
+        defer { close(arbiter) }
+        let watches = directory.arbiterWatches.load(ordering: .relaxed)
+        let waits = directory.arbiterWaits.load(ordering: .relaxed)
+        let read = Task { try await onOwnThread { try role.status() } }
+        try await eventually("the status read found the arbiter held") { directory.arbiterWatches.load(ordering: .relaxed) > watches }
+        #expect(flock(arbiter, LOCK_UN) == 0)
+        let status = try await within(20, "the status read after the arbiter's release") { try await read.value }
+        #expect(status.holder == nil)
+        // It took the lock when it came free, without opening a descriptor and starting a thread
+        // to wait for it (`ArbiterWait`), and without handing the result back from there.
+        #expect(directory.arbiterWaits.load(ordering: .relaxed) == waits, "the read waited for the arbiter on a thread of its own")
+        // With the default bound, a lock held past it is still waited for on a thread (as
+        // aStuckArbiterLockDoesNotOutliveTheDeadline checks end to end).
+        directory.arbiterSpinNanoseconds.store(RoleDirectory.arbiterSpin.nanoseconds, ordering: .relaxed)
+        #expect(flock(arbiter, LOCK_EX) == 0)
+        let stuck = Task { try await onOwnThread { Result { try role.status() } } }
+        try await eventually("the second read waits on a thread of its own") { directory.arbiterWaits.load(ordering: .relaxed) > waits }
+        #expect(flock(arbiter, LOCK_UN) == 0)
+        _ = try await within(20, "the second status read") { try await stuck.value }.get()
     }
 
     @Test func waitsForAStuckArbiterKeepTheirOwnBoundsInOneProcess() async throws {

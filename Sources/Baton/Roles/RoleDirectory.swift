@@ -77,7 +77,7 @@ final class RoleDirectory: Sendable {
     /// - Throws: `timedOut` when another process holds the arbiter past the deadline; what
     ///   `body` throws.
     func transition<R>(deadline: Deadline? = nil, _ body: (inout Transaction) throws -> R) throws -> R {
-        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        if let done = try withArbiterSoon(LOCK_EX, { try transact(&$0, body) }) { return done }
         let held = try arbiterWait(LOCK_EX).wait(until: deadline ?? .after(Self.arbiterWaitBound))
         return try withWaitedArbiter(held) { try transact(&$0, body) }
     }
@@ -86,7 +86,7 @@ final class RoleDirectory: Sendable {
     /// arbiter lock (for acquisitions, whose deadline may be far).
     /// - Throws: As ``transition(deadline:_:)``; `CancellationError` when the task is cancelled.
     func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> R {
-        if let done = try withFreeArbiter(LOCK_EX, { try transact(&$0, body) }) { return done }
+        if let done = try withArbiterSoon(LOCK_EX, { try transact(&$0, body) }) { return done }
         let held = try await arbiterWait(LOCK_EX).value(until: deadline)
         return try withWaitedArbiter(held) { try transact(&$0, body) }
     }
@@ -128,7 +128,7 @@ final class RoleDirectory: Sendable {
     /// - Throws: `timedOut` when another process holds the arbiter past ``arbiterWaitBound``.
     func read<R>(_ body: (RoleRecord) throws -> R) throws -> R {
         let read = { (descriptors: inout Descriptors) in try body(try self.readRecord(descriptors.record).record) }
-        if let done = try withFreeArbiter(LOCK_SH, read) { return done }
+        if let done = try withArbiterSoon(LOCK_SH, read) { return done }
         return try withWaitedArbiter(try arbiterWait(LOCK_SH).wait(until: .after(Self.arbiterWaitBound)), read)
     }
 
@@ -136,6 +136,44 @@ final class RoleDirectory: Sendable {
     // mutex. When another process holds it, the wait (see ``ArbiterWait``) happens outside the
     // mutex, so the other threads of this process keep their own deadlines; the lock is then
     // held through the wait's own descriptor, which excludes this process's descriptor too.
+
+    /// How long a transition watches an arbiter lock that another process holds before it waits
+    /// for it on a thread of its own (``ArbiterWait``).
+    ///
+    /// A transition holds the lock for 5-25 µs, and two processes meet there at every
+    /// hand-over: the preempted holder asks again for the role (queueing as a waiter) just as
+    /// the process it released to takes it. Retrying on the processor (yielding it after each
+    /// try, so a holder that shares it runs) takes the lock within the other's transition; the
+    /// wait on a thread costs an `open`, a thread's start and a hand-back to the caller's
+    /// executor, about as long as this bound, which is why it is the bound: a holder that is
+    /// slower than that (stopped, preempted) is waited for as before, having cost at most twice
+    /// what waiting at once would have.
+    static let arbiterSpin: Duration = .microseconds(100)
+
+    /// This directory's bound on watching a held arbiter (``arbiterSpin``; tests lengthen it).
+    let arbiterSpinNanoseconds = Atomic<Int64>(arbiterSpin.nanoseconds)
+    /// How many transitions and reads of this process found the arbiter held and watched it
+    /// (for tests).
+    let arbiterWatches = Atomic<Int>(0)
+    /// How many of them then waited for it on a thread of their own (for tests).
+    let arbiterWaits = Atomic<Int>(0)
+
+    /// Runs `body` under the mutex once the arbiter lock is free, trying again on the processor
+    /// for ``arbiterSpinNanoseconds`` at most; `nil` when another process still holds it then
+    /// (the caller waits with ``arbiterWait(_:)``).
+    private func withArbiterSoon<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
+        if let done = try withFreeArbiter(operation, body) { return done }
+        arbiterWatches.add(1, ordering: .relaxed)
+        let start = baton_monotonic_ns()
+        let bound = UInt64(max(0, arbiterSpinNanoseconds.load(ordering: .relaxed)))
+        while baton_monotonic_ns() &- start < bound {
+            for _ in 0..<32 { baton_cpu_relax() }
+            baton_yield_processor()
+            if let done = try withFreeArbiter(operation, body) { return done }
+        }
+        arbiterWaits.add(1, ordering: .relaxed)
+        return nil
+    }
 
     /// Runs `body` under the mutex if the arbiter lock is free now; `nil` when another process
     /// holds it.

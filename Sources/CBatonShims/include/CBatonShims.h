@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <sys/types.h>
 #include <sys/stat.h>
+#include <sched.h>
 
 // The mapping guard (mapping_guard.c): a SIGBUS handler that extends a registered shared
 // mapping's file back to the mapping's length when another program cut it short.
@@ -81,6 +82,11 @@ static inline void baton_cpu_relax(void) {
     __asm__ __volatile__("yield");
 #endif
 }
+
+/// Offers the processor to any other runnable thread, returning at once when there is none.
+/// POSIX `sched_yield`, the same call on both kernels (Apple: libpthread's `<sched.h>`, in the
+/// SDK as usr/include/sched.h: `extern int sched_yield(void);`).
+static inline void baton_yield_processor(void) { (void)sched_yield(); }
 
 // Atomics on memory mapped from a file shared with other processes.
 static inline uint32_t baton_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
