@@ -33,16 +33,12 @@ enum LifecycleBench: BenchSuite {
         let supervised = try await withTimeout("the supervised reconnections") {
             try await measureSupervisedReconnect(server: server, rounds: rounds)
         }
-        FileHandleOutput.standardError("lifecycle bench: measuring rawHandover")
-        let rawHandover = try measureRawHandover(container: container, path: path, server: server, rounds: handovers)
-        FileHandleOutput.standardError("lifecycle bench: measuring preemption")
-        let (preemption, overlaps) = try await withTimeout("the preemptions") {
-            try await measurePreemption(container: container, path: path, server: server, rounds: handovers, onSignalThread: false)
+        FileHandleOutput.standardError("lifecycle bench: measuring hand-overs (raw floor, global executor, signal thread, in alternating blocks)")
+        let handOvers = try await withTimeout("the hand-overs") {
+            try await measureHandOvers(container: container, path: path, server: server, rounds: handovers)
         }
-        FileHandleOutput.standardError("lifecycle bench: measuring preemption on the signal thread")
-        let (preemptionOnSignalThread, overlapsOnSignalThread) = try await withTimeout("the preemptions on the signal thread") {
-            try await measurePreemption(container: container, path: path, server: server, rounds: handovers, onSignalThread: true)
-        }
+        let (rawHandover, preemption, preemptionOnSignalThread) = (handOvers.raw, handOvers.global.samples, handOvers.signalThread.samples)
+        let (overlaps, overlapsOnSignalThread) = (handOvers.global.overlaps, handOvers.signalThread.overlaps)
 
         let results = [
             BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_connect_p50_us", floor: percentile(rawConnect, 50)),
@@ -55,11 +51,45 @@ enum LifecycleBench: BenchSuite {
             BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
         ]
         return (results, [
-            "method": "\(rounds) drops and \(handovers) hand-overs after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each",
+            "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) rounds, so that each figure and its floor see the same state of the machine",
             "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])
+    }
+
+    /// Rounds of one kind of hand-over before the bench switches to the next kind.
+    static let handOverBlock = 20
+
+    /// The raw floor and the two supervised hand-overs, measured in alternating blocks of
+    /// ``handOverBlock`` rounds after a warm-up of a tenth of `rounds` each (this machine runs a
+    /// process at one speed for a second or more, then much slower: measured one after the
+    /// other, the floor of a run ranged 36-113 µs between consecutive runs).
+    private static func measureHandOvers(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws
+        -> (raw: [Double], global: (samples: [Double], overlaps: Int), signalThread: (samples: [Double], overlaps: Int)) {
+        server.dropAll()
+        let raw = try RawHandOver(path: path, server: server)
+        let global = try Preemption(container: container, path: path, server: server, onSignalThread: false)
+        let signalThread = try Preemption(container: container, path: path, server: server, onSignalThread: true)
+        defer {
+            raw.finish()
+            global.finish()
+            signalThread.finish()
+        }
+        // Warm-up: every kind once, unsampled.
+        _ = try raw.measure(rounds / 10)
+        _ = try await global.measure(rounds / 10)
+        _ = try await signalThread.measure(rounds / 10)
+        var rawSamples: [Double] = [], globalSamples: [Double] = [], signalSamples: [Double] = []
+        var done = 0
+        while done < rounds {
+            let block = min(handOverBlock, rounds - done)
+            rawSamples += try raw.measure(block)
+            globalSamples += try await global.measure(block)
+            signalSamples += try await signalThread.measure(block)
+            done += block
+        }
+        return (rawSamples, (globalSamples, try global.overlaps()), (signalSamples, try signalThread.overlaps()))
     }
 
     /// Runs `body`, failing the benchmark instead of hanging if it takes over two minutes.
@@ -180,7 +210,7 @@ enum LifecycleBench: BenchSuite {
         }
     }
 
-    private static func waitForOpen(_ server: LoopbackServer, name: String? = nil) throws {
+    fileprivate static func waitForOpen(_ server: LoopbackServer, name: String? = nil) throws {
         let deadline = monotonicNanoseconds() + 5_000_000_000
         while !server.openConnections.contains(where: { name == nil || $0.name == name }) {
             if monotonicNanoseconds() > deadline { throw BatonError(.timedOut, "the server saw no connection") }
@@ -214,97 +244,161 @@ enum LifecycleBench: BenchSuite {
         }
     }
 
-    /// - Returns: The samples, and how many hand-overs the server saw overlap.
-    /// - Parameter onSignalThread: Both supervisors run on their process's signal thread
-    ///   (`withTaskExecutorPreference(container.signals.executor)`, the low-latency setup the
-    ///   README gives for roles), instead of Swift's global executor; their connect attempts
-    ///   still run on the global executor.
-    private static func measurePreemption(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int, onSignalThread: Bool) async throws -> ([Double], Int) {
-        server.dropAll()
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["supervise", "\(server.port)"] + (onSignalThread ? ["signal-thread"] : []))
-        let executor: (any TaskExecutor)? = onSignalThread ? try container.signals.executor : nil
-        try worker.waitReady()
-        let port = server.port
-        var samples: [Double] = []
-        // One role for every round, as an app keeps its `Role` (a new one per round would add
-        // its first acquisition's setup to each hand-over: the signal observation, the file
-        // watch, the epoch floor's read); a new supervisor per round, which starts from nothing.
-        let role = try Role(container, name: "bench")
-        for index in 0..<(rounds + rounds / 10) {
-            try waitForOpen(server, name: "executor")
-            let supervisor = ConnectionSupervisor(
-                container: container,
-                permit: RolePermit(role, priority: .main, kind: "app"),
-                configuration: .init(keepAliveInterval: nil)
-            ) { try LoopbackClient(port: port, hello: .init(name: "app")) }
-            var states = supervisor.states().makeAsyncIterator()
-            handOverTrace("bench.start")
-            let start = monotonicNanoseconds()
-            try await withTaskExecutorPreference(executor) {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    // Started immediately, as a process that must take over starts it: its
-                    // acquisition runs on this thread until it first waits (an ordinary child
-                    // task would add a hand-off to another thread to every hand-over).
-                    if #available(macOS 26, iOS 26, watchOS 26, tvOS 26, visionOS 26, *) {
-                        group.addImmediateTask { try await supervisor.run() }
-                    } else {
-                        group.addTask { try await supervisor.run() }
+    /// Preemptions of a worker process that holds a role and a connection, by this process (at
+    /// a higher priority), each until this process's new supervisor reports its connection up.
+    /// Each measurement has its own role and its own names at the server, so both run beside
+    /// the raw floor's worker.
+    private final class Preemption {
+        let container: SharedContainer
+        let server: LoopbackServer
+        let worker: WorkerProcess
+        /// Both supervisors run on their process's signal thread
+        /// (`withTaskExecutorPreference(container.signals.executor)`, the low-latency setup the
+        /// README gives for roles), instead of Swift's global executor; their connect attempts
+        /// still run on the global executor.
+        let executor: (any TaskExecutor)?
+        /// One role for every round, as an app keeps its `Role` (a new one per round would add
+        /// its first acquisition's setup to each hand-over: the signal observation, the file
+        /// watch, the epoch floor's read); a new supervisor per round, which starts from nothing.
+        let role: Role
+        /// The names this process's and the worker's connections give the server.
+        let appName: String, holderName: String
+        private var finished = false
+
+        init(container: SharedContainer, path: String, server: LoopbackServer, onSignalThread: Bool) throws {
+            let suffix = onSignalThread ? "-signal-thread" : ""
+            self.container = container
+            self.server = server
+            appName = "app" + suffix
+            holderName = "executor" + suffix
+            worker = try WorkerProcess(suite: LifecycleBench.name, container: path,
+                                       arguments: ["supervise", "\(server.port)", "bench" + suffix, holderName] + (onSignalThread ? ["signal-thread"] : []))
+            executor = onSignalThread ? try container.signals.executor : nil
+            role = try Role(container, name: "bench" + suffix)
+            try worker.waitReady()
+        }
+
+        /// `count` hand-overs; returns each one's time in µs.
+        func measure(_ count: Int) async throws -> [Double] {
+            let port = server.port
+            let hello = LoopbackClient.Hello(name: appName)
+            var samples: [Double] = []
+            for _ in 0..<count {
+                try LifecycleBench.waitForOpen(server, name: holderName)
+                let supervisor = ConnectionSupervisor(
+                    container: container,
+                    permit: RolePermit(role, priority: .main, kind: "app"),
+                    configuration: .init(keepAliveInterval: nil)
+                ) { try LoopbackClient(port: port, hello: hello) }
+                var states = supervisor.states().makeAsyncIterator()
+                handOverTrace("bench.start")
+                let start = monotonicNanoseconds()
+                try await withTaskExecutorPreference(executor) {
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        // Started immediately, as a process that must take over starts it: its
+                        // acquisition runs on this thread until it first waits (an ordinary child
+                        // task would add a hand-off to another thread to every hand-over).
+                        if #available(macOS 26, iOS 26, watchOS 26, tvOS 26, visionOS 26, *) {
+                            group.addImmediateTask { try await supervisor.run() }
+                        } else {
+                            group.addTask { try await supervisor.run() }
+                        }
+                        while let state = await states.next(), !state.isConnected {}
+                        let end = monotonicNanoseconds()
+                        handOverTrace("bench.connected")
+                        samples.append(Double(end - start) / 1_000)
+                        group.cancelAll()
+                        try await group.waitForAll()
                     }
-                    while let state = await states.next(), !state.isConnected {}
-                    let end = monotonicNanoseconds()
-                    handOverTrace("bench.connected")
-                    if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
-                    group.cancelAll()
-                    try await group.waitForAll()
                 }
             }
+            // The worker has the role and its connection back before another kind is measured.
+            try LifecycleBench.waitForOpen(server, name: holderName)
+            return samples
         }
-        worker.kill()
-        _ = worker.wait() // gone before another measurement starts its own holder
-        // The server's order of events is when its poll thread saw them: a FIN can reach it
-        // after the next holder's SYN (each core's loopback packets go through that core's own
-        // backlog), so an overlap seen there is counted and reported, not taken
-        // for two holders at once unless it happens in more than a tenth of the rounds. (The
-        // hand-over order is asserted strictly, with real processes, by LifecycleTests'
-        // handOverScenario, which has no competing load.)
-        let overlaps = LoopbackServer.overlaps(server.records.filter { $0.name == "app" || $0.name == "executor" })
-        if overlaps.count > max(1, rounds / 10) {
-            throw BatonError(.corrupt, "two connections were open at once in \(overlaps.count) of \(rounds + rounds / 10) hand-overs, as the server saw them: \(overlaps.prefix(3))")
+
+        /// How many hand-overs the server saw overlap.
+        ///
+        /// The server's order of events is when its poll thread saw them: a FIN can reach it
+        /// after the next holder's SYN (each core's loopback packets go through that core's own
+        /// backlog), so an overlap seen there is counted and reported, not taken for two holders
+        /// at once unless it happens in more than a tenth of the rounds. (The hand-over order is
+        /// asserted strictly, with real processes, by LifecycleTests' handOverScenario, which
+        /// has no competing load.)
+        func overlaps() throws -> Int {
+            let records = server.records.filter { $0.name == appName || $0.name == holderName }
+            let rounds = records.filter { $0.name == appName }.count
+            let overlaps = LoopbackServer.overlaps(records)
+            if overlaps.count > max(1, rounds / 10) {
+                throw BatonError(.corrupt, "two connections were open at once in \(overlaps.count) of \(rounds) hand-overs, as the server saw them: \(overlaps.prefix(3))")
+            }
+            return overlaps.count
         }
-        return (samples, overlaps.count)
+
+        /// Ends the worker (gone before another measurement starts a holder of its own).
+        func finish() {
+            guard !finished else { return }
+            finished = true
+            worker.kill()
+            _ = worker.wait()
+        }
     }
 
-    private static func measureRawHandover(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) throws -> [Double] {
-        server.dropAll()
-        let lockPath = path + "/.baton/bench-raw-handover.lock"
-        let worker = try WorkerProcess(suite: name, container: path, arguments: ["raw-holder", "\(server.port)", lockPath])
-        try worker.waitReady()
-        let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard lockFD >= 0 else { throw BatonError(.systemCallFailed, "open \(lockPath) failed") }
-        defer { close(lockFD) }
-        let hello = LoopbackLine.hello(name: "raw-app", pid: getpid(), epoch: 0).text
-        var samples: [Double] = []
-        for index in 0..<(rounds + rounds / 10) {
-            handOverTrace("floor.start")
-            let start = monotonicNanoseconds()
-            worker.send("yield")
-            handOverTrace("floor.asked")
-            _ = flock(lockFD, LOCK_EX)
-            handOverTrace("floor.locked")
-            // Connected as the supervised client connects: `connect`, then its HELLO line.
-            let fd = try LoopbackSocket.connected(port: server.port)
-            LoopbackSocket.write(fd, hello)
-            let end = monotonicNanoseconds()
-            handOverTrace("floor.connected")
-            if index >= rounds / 10 { samples.append(Double(end - start) / 1_000) }
-            close(fd)
-            _ = flock(lockFD, LOCK_UN)
-            // Only now may the holder lock again (otherwise it could take the lock back before
-            // this side's flock, and both would wait for each other).
-            worker.send("again")
-            guard worker.receiveLine() == "ready" else { throw BatonError(.invalidArgument, "raw holder stopped") }
+    /// The floor: the same hand-over done raw. A pipe byte asks the worker, which closes its
+    /// socket and `flock(LOCK_UN)`s; this process's blocking `flock` returns, then it connects
+    /// and says its HELLO line, as the supervised client does.
+    private final class RawHandOver {
+        let server: LoopbackServer
+        let worker: WorkerProcess
+        let lockFD: Int32
+        private var finished = false
+
+        init(path: String, server: LoopbackServer) throws {
+            self.server = server
+            let lockPath = path + "/.baton/bench-raw-handover.lock"
+            worker = try WorkerProcess(suite: LifecycleBench.name, container: path, arguments: ["raw-holder", "\(server.port)", lockPath])
+            try worker.waitReady()
+            lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard lockFD >= 0 else {
+                worker.kill()
+                _ = worker.wait()
+                throw BatonError(.systemCallFailed, "open \(lockPath) failed")
+            }
         }
-        return samples
+
+        /// `count` hand-overs; returns each one's time in µs.
+        func measure(_ count: Int) throws -> [Double] {
+            let hello = LoopbackLine.hello(name: "raw-app", pid: getpid(), epoch: 0).text
+            var samples: [Double] = []
+            for _ in 0..<count {
+                handOverTrace("floor.start")
+                let start = monotonicNanoseconds()
+                worker.send("yield")
+                handOverTrace("floor.asked")
+                _ = flock(lockFD, LOCK_EX)
+                handOverTrace("floor.locked")
+                let fd = try LoopbackSocket.connected(port: server.port)
+                LoopbackSocket.write(fd, hello)
+                let end = monotonicNanoseconds()
+                handOverTrace("floor.connected")
+                samples.append(Double(end - start) / 1_000)
+                close(fd)
+                _ = flock(lockFD, LOCK_UN)
+                // Only now may the holder lock again (otherwise it could take the lock back
+                // before this side's flock, and both would wait for each other).
+                worker.send("again")
+                guard worker.receiveLine() == "ready" else { throw BatonError(.invalidArgument, "raw holder stopped") }
+            }
+            return samples
+        }
+
+        func finish() {
+            guard !finished else { return }
+            finished = true
+            close(lockFD)
+            worker.kill()
+            _ = worker.wait()
+        }
     }
 
     // MARK: Workers
@@ -313,14 +407,16 @@ enum LifecycleBench: BenchSuite {
         let container = try SharedContainer(path: path)
         switch arguments.first {
         case "supervise":
+            // supervise PORT ROLE NAME [signal-thread]
             let port = UInt16(arguments[1])!
+            let hello = LoopbackClient.Hello(name: arguments[3])
             let supervisor = ConnectionSupervisor(
                 container: container,
-                permit: RolePermit(try Role(container, name: "bench"), priority: .executor, kind: "extension"),
+                permit: RolePermit(try Role(container, name: arguments[2]), priority: .executor, kind: "extension"),
                 configuration: .init(keepAliveInterval: nil)
-            ) { try LoopbackClient(port: port, hello: .init(name: "executor")) }
+            ) { try LoopbackClient(port: port, hello: hello) }
             var states = supervisor.states().makeAsyncIterator()
-            let executor: (any TaskExecutor)? = arguments.dropFirst(2).first == "signal-thread" ? try container.signals.executor : nil
+            let executor: (any TaskExecutor)? = arguments.dropFirst(4).first == "signal-thread" ? try container.signals.executor : nil
             try await withTaskExecutorPreference(executor) {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await supervisor.run() }
