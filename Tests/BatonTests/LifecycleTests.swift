@@ -88,6 +88,25 @@ struct ObservedPermit: ConnectionPermit {
             onRelease()
             await inner.release()
         }
+        var stopRequestExecutor: (any TaskExecutor)? { inner.stopRequestExecutor }
+    }
+}
+
+/// A loopback connection that records the name of the thread its first `close()` ran on.
+final class ThreadRecordingConnection: SupervisedConnection {
+    let client: LoopbackClient
+    let closedOn = Mutex<String?>(nil)
+
+    init(_ client: LoopbackClient) { self.client = client }
+
+    func closed() async { await client.closed() }
+    func ping() async throws { try await client.ping() }
+    func close() async {
+        // The calling thread's name (Linux: its `comm`).
+        let name = ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        closedOn.withLock { if $0 == nil { $0 = name } }
+        await client.close()
     }
 }
 
@@ -470,6 +489,38 @@ struct LifecycleTests {
             try await server.waitUntil { $0.count == 2 && $0[1].isOpen }
         }
         #expect(background.begunCount == 1 && background.endedCount == 1)
+    }
+
+    /// A role's stop request from another process is answered on the thread that received it
+    /// (the signal thread): the supervisor closes its connection and releases the role there,
+    /// with no hand-off to a thread of the global executor in between, although the supervisor
+    /// itself runs on the global executor.
+    @Test func aRoleStopRequestIsAnsweredOnTheSignalThread() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let server = try LoopbackServer()
+        let port = server.port
+        let role = try Role(container, name: "core")
+        let connection = Locked<ThreadRecordingConnection?>(nil)
+        let supervisor = ConnectionSupervisor(
+            container: container, permit: RolePermit(role, priority: .executor, kind: "extension"),
+            configuration: .init(keepAliveInterval: nil)
+        ) {
+            let made = ThreadRecordingConnection(try LoopbackClient(port: port, hello: .init(name: "extension")))
+            connection.withLock { $0 = made }
+            return made
+        }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("connected") { $0.last?.isConnected == true }
+            let app = try ChildProcess(["role", "acquire", "core", "--role", "main", "--hold", "30", "--timeout", "30"],
+                                       container: directory.path)
+            defer { app.signal(SIGKILL) }
+            try await app.line(timeout: 20) { $0.contains("\"acquired\"") }
+            let first = try #require(connection.withLock { $0 })
+            #expect(first.closedOn.withLock { $0 } == "baton-signals")
+            // Closed before the role was released, as always.
+            #expect(server.records.count == 1 && !server.records[0].isOpen)
+        }
     }
 
     /// A stop request that arrives while a connect attempt is in flight: the holder cancels the

@@ -28,6 +28,18 @@ public protocol ConnectionGrant: CriticalSectionProvider {
 
     /// Gives the permission back. The supervisor calls it only after its connection is closed.
     func release() async
+
+    /// The executor of the thread that learns of a stop request first, or `nil` (the default)
+    /// when there is none. The supervisor waits for the stop request on it, then closes its
+    /// connection and releases the grant there, so that a hand-over wakes no second thread in
+    /// this process. A role's grant (``RolePermit``) names the process's signal thread
+    /// (``Signals/executor``): ``SupervisedConnection/close()`` then runs on that thread.
+    var stopRequestExecutor: (any TaskExecutor)? { get }
+}
+
+extension ConnectionGrant {
+    /// None: the supervisor waits for the stop request on its own executor.
+    public var stopRequestExecutor: (any TaskExecutor)? { nil }
 }
 
 /// A permit that is always granted and never asks to stop: for a process that does not share

@@ -51,4 +51,7 @@ struct RoleGrant: ConnectionGrant {
     }
 
     func release() async { await lease.release() }
+
+    /// The process's signal thread, which receives the stop request.
+    var stopRequestExecutor: (any TaskExecutor)? { try? lease.core.container.signals.executor }
 }

@@ -8,6 +8,12 @@ public protocol SupervisedConnection: Sendable {
     func closed() async
 
     /// Closes the connection and returns once it is closed. Calling it more than once is safe.
+    ///
+    /// On a stop request the supervisor calls it on the grant's
+    /// ``ConnectionGrant/stopRequestExecutor`` (with a ``RolePermit``, the process's signal
+    /// thread), so that the hand-over goes on without waking another thread: return promptly
+    /// and never block that thread (closing a socket is fine; hop to your own actor or queue
+    /// for slow work, such as flushing to the server).
     func close() async
 
     /// Sends a keep-alive probe.
