@@ -51,7 +51,7 @@ enum LifecycleBench: BenchSuite {
             BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
         ]
         return (results, [
-            "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) rounds, so that each figure and its floor see the same state of the machine",
+            "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) sampled rounds (after \(Self.handOverBlockWarmUp) unsampled ones), so that each figure and its floor see the same state of the machine",
             "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
@@ -60,6 +60,8 @@ enum LifecycleBench: BenchSuite {
 
     /// Rounds of one kind of hand-over before the bench switches to the next kind.
     static let handOverBlock = 20
+    /// Unsampled rounds at the start of each block.
+    static let handOverBlockWarmUp = 3
 
     /// The raw floor and the two supervised hand-overs, measured in alternating blocks of
     /// ``handOverBlock`` rounds after a warm-up of a tenth of `rounds` each (this machine runs a
@@ -83,10 +85,12 @@ enum LifecycleBench: BenchSuite {
         var rawSamples: [Double] = [], globalSamples: [Double] = [], signalSamples: [Double] = []
         var done = 0
         while done < rounds {
+            // Each block starts with unsampled rounds, so that no kind's figures include the
+            // first rounds after the other kinds ran (its processes asleep meanwhile).
             let block = min(handOverBlock, rounds - done)
-            rawSamples += try raw.measure(block)
-            globalSamples += try await global.measure(block)
-            signalSamples += try await signalThread.measure(block)
+            rawSamples += try raw.measure(handOverBlockWarmUp + block).dropFirst(handOverBlockWarmUp)
+            globalSamples += try await global.measure(handOverBlockWarmUp + block).dropFirst(handOverBlockWarmUp)
+            signalSamples += try await signalThread.measure(handOverBlockWarmUp + block).dropFirst(handOverBlockWarmUp)
             done += block
         }
         return (rawSamples, (globalSamples, try global.overlaps()), (signalSamples, try signalThread.overlaps()))
