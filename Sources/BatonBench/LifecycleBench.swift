@@ -38,7 +38,7 @@ enum LifecycleBench: BenchSuite {
             try await measureHandOvers(container: container, path: path, server: server, rounds: handovers)
         }
         let (rawHandover, preemption, preemptionOnSignalThread) = (handOvers.raw, handOvers.global.samples, handOvers.signalThread.samples)
-        let (overlaps, overlapsOnSignalThread) = (handOvers.global.overlaps, handOvers.signalThread.overlaps)
+        let (global, signalThread) = (handOvers.global.overlaps, handOvers.signalThread.overlaps)
 
         let results = [
             BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_connect_p50_us", floor: percentile(rawConnect, 50)),
@@ -54,7 +54,7 @@ enum LifecycleBench: BenchSuite {
             "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) sampled rounds (after \(Self.handOverBlockWarmUp) unsampled ones), so that each figure and its floor see the same state of the machine",
             "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
-            "server_observed_overlaps": "\(overlaps) (global executor) and \(overlapsOnSignalThread) (signal thread) of \(handovers + handovers / 10) hand-overs each: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
+            "server_observed_overlaps": "\(global.count) of \(global.handOvers) hand-overs (global executor) and \(signalThread.count) of \(signalThread.handOvers) (signal thread), warm-up rounds included: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])
     }
 
@@ -64,11 +64,12 @@ enum LifecycleBench: BenchSuite {
     static let handOverBlockWarmUp = 3
 
     /// The raw floor and the two supervised hand-overs, measured in alternating blocks of
-    /// ``handOverBlock`` rounds after a warm-up of a tenth of `rounds` each (this machine runs a
-    /// process at one speed for a second or more, then much slower: measured one after the
-    /// other, the floor of a run ranged 36-113 µs between consecutive runs).
+    /// ``handOverBlock`` sampled rounds (each after ``handOverBlockWarmUp`` unsampled ones),
+    /// after a warm-up of a tenth of `rounds` each (this machine runs a process at one speed for
+    /// a second or more, then much slower: measured one after the other, the floor of a run
+    /// ranged 36-113 µs between consecutive runs).
     private static func measureHandOvers(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws
-        -> (raw: [Double], global: (samples: [Double], overlaps: Int), signalThread: (samples: [Double], overlaps: Int)) {
+        -> (raw: [Double], global: (samples: [Double], overlaps: Preemption.Overlaps), signalThread: (samples: [Double], overlaps: Preemption.Overlaps)) {
         server.dropAll()
         let raw = try RawHandOver(path: path, server: server)
         let global = try Preemption(container: container, path: path, server: server, onSignalThread: false)
@@ -267,7 +268,6 @@ enum LifecycleBench: BenchSuite {
         let role: Role
         /// The names this process's and the worker's connections give the server.
         let appName: String, holderName: String
-        private var finished = false
 
         init(container: SharedContainer, path: String, server: LoopbackServer, onSignalThread: Bool) throws {
             let suffix = onSignalThread ? "-signal-thread" : ""
@@ -321,6 +321,12 @@ enum LifecycleBench: BenchSuite {
             return samples
         }
 
+        /// How many of this measurement's hand-overs the server saw, and how many of them overlap.
+        struct Overlaps {
+            var count: Int
+            var handOvers: Int
+        }
+
         /// How many hand-overs the server saw overlap.
         ///
         /// The server's order of events is when its poll thread saw them: a FIN can reach it
@@ -329,22 +335,21 @@ enum LifecycleBench: BenchSuite {
         /// at once unless it happens in more than a tenth of the rounds. (The hand-over order is
         /// asserted strictly, with real processes, by LifecycleTests' handOverScenario, which
         /// has no competing load.)
-        func overlaps() throws -> Int {
+        func overlaps() throws -> Overlaps {
             let records = server.records.filter { $0.name == appName || $0.name == holderName }
             let rounds = records.filter { $0.name == appName }.count
             let overlaps = LoopbackServer.overlaps(records)
             if overlaps.count > max(1, rounds / 10) {
                 throw BatonError(.corrupt, "two connections were open at once in \(overlaps.count) of \(rounds) hand-overs, as the server saw them: \(overlaps.prefix(3))")
             }
-            return overlaps.count
+            return Overlaps(count: overlaps.count, handOvers: rounds)
         }
 
-        /// Ends the worker (gone before another measurement starts a holder of its own).
+        /// Ends the worker (gone before another measurement starts a holder of its own). Safe
+        /// to call again: a reaped worker is neither signalled nor waited for twice.
         func finish() {
-            guard !finished else { return }
-            finished = true
             worker.kill()
-            _ = worker.wait()
+            worker.wait()
         }
     }
 
@@ -355,20 +360,18 @@ enum LifecycleBench: BenchSuite {
         let server: LoopbackServer
         let worker: WorkerProcess
         let lockFD: Int32
-        private var finished = false
 
+        /// (A worker left behind by a throw is killed and reaped when its process object goes.)
         init(path: String, server: LoopbackServer) throws {
             self.server = server
             let lockPath = path + "/.baton/bench-raw-handover.lock"
             worker = try WorkerProcess(suite: LifecycleBench.name, container: path, arguments: ["raw-holder", "\(server.port)", lockPath])
             try worker.waitReady()
             lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard lockFD >= 0 else {
-                worker.kill()
-                _ = worker.wait()
-                throw BatonError(.systemCallFailed, "open \(lockPath) failed")
-            }
+            guard lockFD >= 0 else { throw BatonError(.systemCallFailed, "open \(lockPath) failed") }
         }
+
+        deinit { if lockFD >= 0 { close(lockFD) } }
 
         /// `count` hand-overs; returns each one's time in µs.
         func measure(_ count: Int) throws -> [Double] {
@@ -396,12 +399,10 @@ enum LifecycleBench: BenchSuite {
             return samples
         }
 
+        /// Ends the worker; safe to call again, as ``Preemption/finish()``.
         func finish() {
-            guard !finished else { return }
-            finished = true
-            close(lockFD)
             worker.kill()
-            _ = worker.wait()
+            worker.wait()
         }
     }
 
