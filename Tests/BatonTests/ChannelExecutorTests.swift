@@ -1,6 +1,7 @@
 @testable import Baton
 import BatonTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// `SharedChannel.executor`: waits made on its thread sleep there, on the channel's own word.
@@ -70,5 +71,77 @@ struct ChannelExecutorTests {
         #expect(sent.status == 0 && sentFirst.status == 0)
         #expect(try await a == 1)
         #expect(try await b == 2)
+    }
+
+    @Test("a ring made by a task on the channel executor waits for the task's next suspension, then goes")
+    func ringWaitsForTheTasksSuspension() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<Int>(container, name: "executor-deferred", capacity: .unbounded)
+        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let (before, afterSend, afterSuspension) = try await withTaskExecutorPreference(channel.executor) {
+            let before = channel.log.readable.snapshot()
+            try await channel.send(1)
+            let afterSend = channel.log.readable.snapshot()
+            // The task suspends (its job ends) and runs again on the executor's thread.
+            await Task.yield()
+            return (before, afterSend, channel.log.readable.snapshot())
+        }
+        #expect(afterSend == before)
+        #expect(afterSuspension == before + 1)
+        #expect(try await channel.receive(deadline: .after(.seconds(5))) == 1)
+    }
+
+    @Test("a deferred ring wakes another process's receiver when the sending task then sleeps for something else")
+    func deferredRingReachesASleepingReceiver() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<Int>(container, name: "executor-deferred-peer", capacity: .unbounded)
+        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let receiver = Task { try await runBaton(["channel", "receive", "executor-deferred-peer", "--count", "1"], container: directory.path, timeout: 20) }
+        // The receiver counts itself asleep on the word before the send (its ring must wake it).
+        let start = ContinuousClock.now
+        while channel.log.readable.sleeperCount == 0 {
+            try await Task.sleep(for: .milliseconds(5))
+            try #require(ContinuousClock.now - start < .seconds(20), "the receiver never went to sleep on the channel")
+        }
+        let sender = Task {
+            try await withTaskExecutorPreference(channel.executor) {
+                try await channel.send(42)
+                // Suspends for a minute (not a channel wait): the ring goes when the job ends.
+                try await Task.sleep(for: .seconds(60))
+            }
+        }
+        defer { sender.cancel() }
+        let sent = ContinuousClock.now
+        let result = try await receiver.value
+        #expect(result.status == 0)
+        #expect(result.lines.contains { $0.contains("42") })
+        #expect(ContinuousClock.now - sent < .seconds(10))
+    }
+
+    @Test("a doorbell says whether a ring would wake a waiter that went to sleep on this processor")
+    func sleeperProcessorHint() throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<Int>(container, name: "executor-hint", capacity: .unbounded)
+        let doorbell = channel.log.readable
+        #expect(!doorbell.wouldWakeSleeperHere) // nobody asleep
+        // The thread may move to another processor between the wait and the look: try again
+        // until both happened on one.
+        var looked = false
+        for _ in 0..<1_000 where !looked {
+            let processor = CurrentProcessor.hint
+            #expect(doorbell.beginWait(after: doorbell.snapshot()))
+            let answer = doorbell.wouldWakeSleeperHere
+            let still = CurrentProcessor.hint == processor
+            doorbell.endWaits(1)
+            if still, processor != 0 {
+                #expect(answer)
+                looked = true
+            }
+        }
+        #expect(looked)
+        #expect(!doorbell.wouldWakeSleeperHere) // the wait ended
     }
 }

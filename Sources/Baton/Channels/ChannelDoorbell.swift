@@ -29,6 +29,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     private let sleepers: UnsafeMutablePointer<UInt32>
     /// The processor of the last ring, plus one (``CurrentProcessor/hint``; 0 unknown).
     private let ringer: UnsafeMutablePointer<UInt32>
+    /// The processor of the last waiter to count itself a sleeper, plus one (0 unknown).
+    private let sleeper: UnsafeMutablePointer<UInt32>
     let memory: ChannelHeaderMemory
     private let thread: KernelWaitThread
 
@@ -45,11 +47,12 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// the next wait (in a conversation, a few microseconds later) needs no wake-up of its own.
     static let linger: Duration = .milliseconds(50)
 
-    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, ringer: Int, threadName: String) {
+    init(_ memory: ChannelHeaderMemory, word: Int, sleepers: Int, ringer: Int, sleeper: Int, threadName: String) {
         self.memory = memory
         self.word = memory.pointer.advanced(by: word).assumingMemoryBound(to: UInt32.self)
         self.sleepers = memory.pointer.advanced(by: sleepers).assumingMemoryBound(to: UInt32.self)
         self.ringer = memory.pointer.advanced(by: ringer).assumingMemoryBound(to: UInt32.self)
+        self.sleeper = memory.pointer.advanced(by: sleeper).assumingMemoryBound(to: UInt32.self)
         thread = KernelWaitThread(name: threadName, watching: .whileWaited(linger: Self.linger.nanoseconds), timedOut: Self.timedOut)
         thread.attach(self)
     }
@@ -73,6 +76,18 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
         if baton_load32(sleepers) > 0 { AddressWait.wakeAll(word) }
     }
 
+    /// How many waits count themselves asleep on the word (for tests and diagnostics).
+    var sleeperCount: UInt32 { baton_load32(sleepers) }
+
+    /// Whether a ring now would wake a waiter (of any process) that went to sleep on the
+    /// processor the calling thread runs on: some waiter counts as a sleeper, and the last one
+    /// to count itself did so here (a hint: ``CurrentProcessor``).
+    var wouldWakeSleeperHere: Bool {
+        guard baton_load32(sleepers) > 0 else { return false }
+        let here = CurrentProcessor.hint
+        return here != 0 && baton_load32(sleeper) == here
+    }
+
     /// Watches the word for a moment: `true` when it moved past `seen` within the spin budget.
     ///
     /// The budget adapts: a spin that sees the word move restores it to ``maxSpin``; one that
@@ -93,6 +108,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     static func spin(_ doorbells: [(doorbell: ChannelDoorbell, seen: UInt32)]) -> Bool {
         func moved() -> Bool { doorbells.contains { $0.doorbell.snapshot() != $0.seen } }
         guard let first = doorbells.first?.doorbell else { return false }
+        // Rings this thread deferred go before it waits (see ``ChannelExecutor/deferRings``).
+        ChannelExecutor.makeDeferredRings()
         if moved() { return true }
         let here = CurrentProcessor.hint
         if here != 0, doorbells.allSatisfy({ baton_load32($0.doorbell.ringer) == here }) { return false }
@@ -122,6 +139,7 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
             if snapshot() != seen { return }
             throw Self.timedOut()
         }
+        ChannelExecutor.makeDeferredRings()
         if spinning, spin(after: seen) { return }
         // On the channel executor's thread: that thread sleeps on the word itself.
         if try await ChannelExecutor.waitIfCurrent(self, after: seen, deadline: deadline.instant) { return }
@@ -148,6 +166,8 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
 
     /// Counts the wait as a possible sleeper before the last look at the word (see ``ring()``).
     func beginWait(after seen: UInt32) -> Bool {
+        let here = CurrentProcessor.hint
+        if baton_load32(sleeper) != here { baton_store32(sleeper, here) }
         baton_add32(sleepers, 1)
         if snapshot() == seen { return true }
         baton_sub32(sleepers, 1)

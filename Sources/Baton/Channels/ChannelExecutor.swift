@@ -45,6 +45,9 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     private let state = Mutex(State())
+    /// Rings deferred by the task running on the thread (``deferRings(of:bits:token:)``): touched
+    /// only on the executor's thread.
+    private var deferred: [(log: ChannelLog, bits: UInt32, token: UInt64)] = []
     /// How many waits the thread has slept on itself (for tests and diagnostics).
     private let registeredWaits = Atomic<Int>(0)
     var waitsRegistered: Int { registeredWaits.load(ordering: .relaxed) }
@@ -92,6 +95,62 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
                 baton_add32(sleepingOn.word, 1)
                 AddressWait.wakeAll(sleepingOn.word)
             }
+        }
+    }
+
+    // MARK: Deferred rings
+
+    /// Keeps the rings a channel operation owes (`bits`: 1 readable, 2 writable; recorded in the
+    /// header as owed by `token`) until the task that made them waits or suspends, when called on
+    /// this executor's thread and a ring would wake a waiter that went to sleep on this
+    /// processor: `false` otherwise, and the caller rings now.
+    ///
+    /// In a conversation on one processor (two processes that the scheduler put on the same core,
+    /// as it does on a loaded machine) a ring made in the middle of a task wakes the peer, which
+    /// preempts the ringer at once; the ringer runs again only to reach its own wait, two context
+    /// switches more per hand-off. Deferred to the moment the ringer waits, one ring wakes the
+    /// peer for everything the ringer did (an element taken *and* the next one sent), and the
+    /// processor passes from one to the other once each way, as in a blocking `mq_send` and
+    /// `mq_receive`. Go's scheduler does the same with a goroutine it readies (`runnext`: it runs
+    /// when the readier blocks). The rings are made before any spin or sleep of this thread and
+    /// after each job (so a task that suspends for anything else, or ends, makes them too); the
+    /// owed-rings record in the header keeps them safe from a death meanwhile.
+    ///
+    /// A peer on another processor gains nothing from the wait and would lose the time until it
+    /// (its spin sees the ring later, its wake-up starts later), and a ring that wakes nobody
+    /// costs no system call: so a doorbell's ring waits only when a waiter counts itself asleep
+    /// on it and the last one to do so went to sleep on this processor
+    /// (``ChannelDoorbell/wouldWakeSleeperHere``). (Rings are independent: a waiter looks at its
+    /// condition again whatever woke it, so their order does not matter.)
+    static func deferRings(of log: ChannelLog, bits: UInt32, token: UInt64) -> Bool {
+        let executor = shared
+        guard executor.isCurrent else { return false }
+        guard log.defersRingsAlways.load(ordering: .relaxed)
+              || (bits & 1 == 0 || log.readable.wouldWakeSleeperHere) && (bits & 2 == 0 || log.writable.wouldWakeSleeperHere)
+        else { return false }
+        if let index = executor.deferred.firstIndex(where: { $0.log === log }) {
+            executor.deferred[index].bits |= bits
+            executor.deferred[index].token = token
+        } else {
+            executor.deferred.append((log, bits, token))
+        }
+        return true
+    }
+
+    /// Makes the rings deferred on this thread (nothing elsewhere, or when none are owed). Called
+    /// before a channel wait spins or sleeps.
+    static func makeDeferredRings() {
+        let executor = shared
+        guard executor.isCurrent, !executor.deferred.isEmpty else { return }
+        executor.ringDeferred()
+    }
+
+    /// Makes the deferred rings (on the executor's thread).
+    private func ringDeferred() {
+        while !deferred.isEmpty {
+            let rings = deferred
+            deferred.removeAll(keepingCapacity: true)
+            for ring in rings { ring.log.makeOwedRings(ring.bits, token: ring.token) }
         }
     }
 
@@ -199,7 +258,11 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
             }
             switch pass {
             case .run(let jobs):
-                for job in jobs { job.runSynchronously(on: unowned) }
+                for job in jobs {
+                    job.runSynchronously(on: unowned)
+                    // The job ended (its task suspended or finished): what it rang goes now.
+                    if !deferred.isEmpty { ringDeferred() }
+                }
                 busy = .now
             case .end(let wait, let error):
                 wait.doorbell.endWaits(1)

@@ -13,7 +13,8 @@ import Synchronization
 ///   96  processor of the readable doorbell's last ring   100 of the writable's (hints, see
 ///       ``ChannelDoorbell/spin(after:)``; 0 unknown)
 ///   104 rings owed by the last holder (bit 0 readable, bit 1 writable)   112 its owner token
-///       (0: none owed; see `withLock`)
+///       (0: none owed; see `withLock`)   120 processor of the readable doorbell's last sleeper
+///   124 of the writable's (hints, see ``ChannelExecutor/deferRings(of:bits:token:)``; 0 unknown)
 ///   128 readable doorbell (wait word)   132 its sleepers
 ///   136 writable doorbell (wait word)   140 its sleepers
 ///   144 closed   152 head   160 tail   168 data size   176 ready count   184 taken count
@@ -61,6 +62,7 @@ final class ChannelLog: @unchecked Sendable {
     static let oMagic = 0, oVersion = 8, oKind = 12, oCount = 16, oCRC = 24, oMutex = 64
     static let oReadable = 128, oReadableSleepers = 132, oWritable = 136, oWritableSleepers = 140
     static let oReadableRinger = 96, oWritableRinger = 100
+    static let oReadableSleeper = 120, oWritableSleeper = 124
     /// Rings owed by a holder that unlocked: the doorbells (bit 0 readable, bit 1 writable) and
     /// the holder's owner token (0: none owed).
     static let oOwedRings = 104, oOwedRingsOwner = 112
@@ -124,8 +126,8 @@ final class ChannelLog: @unchecked Sendable {
         owners = nil
         waiters = .inProcess
         SharedMutex(header.advanced(by: Self.oMutex)).initialize()
-        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, threadName: "baton-chan-wr")
+        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, sleeper: Self.oReadableSleeper, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, sleeper: Self.oWritableSleeper, threadName: "baton-chan-wr")
         baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
     }
 
@@ -195,8 +197,8 @@ final class ChannelLog: @unchecked Sendable {
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
         self.headerGuard = MappingGuard.register(header, size: Self.headerSize, fd: fd)
-        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, threadName: "baton-chan-wr")
+        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, sleeper: Self.oReadableSleeper, threadName: "baton-chan-rd")
+        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, sleeper: Self.oWritableSleeper, threadName: "baton-chan-wr")
         // Every stored property is set: if this throws, deinit runs and closes the descriptor
         // (closing it here too would close it twice).
         try withLock(opening: true) {}
@@ -343,12 +345,11 @@ final class ChannelLog: @unchecked Sendable {
             }
             if storage.isFile { Self.seal(header) }
             mutex.unlock(as: token)
-            if owedBits != 0 {
-                if Self.killBeforeRing.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
-                if owedBits & 1 != 0 { readable.ring() }
-                if owedBits & 2 != 0 { writable.ring() }
-                // Made: unless a later holder took the debt over meanwhile (it rings too).
-                _ = baton_cas64(Self.dword(header, Self.oOwedRingsOwner), token, 0)
+            // On the channel executor's thread the rings wait until its task next waits or
+            // suspends (see ``ChannelExecutor/deferRings(of:bits:token:)``); anywhere else they
+            // are made now.
+            if owedBits != 0, !ChannelExecutor.deferRings(of: self, bits: owedBits, token: token) {
+                makeOwedRings(owedBits, token: token)
             }
         }
         if acquired == .ownerDied {
@@ -408,6 +409,17 @@ final class ChannelLog: @unchecked Sendable {
     private func cutShortError() -> BatonError {
         guard case .file(_, _, let absolutePath) = storage else { return BatonError(.corrupt, "the channel was cut short") }
         return BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
+    }
+
+    /// Rings the doorbells of `bits` (1 readable, 2 writable) that the holder with `token` owed at
+    /// its unlock, then clears the record of the debt unless a later holder took it over (and
+    /// rings too). Called right after the unlock, or by ``ChannelExecutor`` when it makes the
+    /// rings it deferred.
+    func makeOwedRings(_ bits: UInt32, token: UInt64) {
+        if Self.killBeforeRing.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
+        if bits & 1 != 0 { readable.ring() }
+        if bits & 2 != 0 { writable.ring() }
+        _ = baton_cas64(Self.dword(header, Self.oOwedRingsOwner), token, 0)
     }
 
     /// Asks for doorbells to ring once the lock is released (call under the lock; see `withLock`).
@@ -1162,6 +1174,9 @@ final class ChannelLog: @unchecked Sendable {
     /// Test support: the process kills itself after its next unlock that owes rings, before it
     /// makes them (see `withLock`).
     static let killBeforeRing = Atomic<Bool>(false)
+    /// Test support: rings made on the channel executor's thread wait for the task's next wait or
+    /// suspension whatever the processor hints say (``ChannelExecutor/deferRings(of:bits:token:)``).
+    let defersRingsAlways = Atomic<Bool>(false)
 
     /// Test support: takes the channel's lock, calls `locked`, and never returns (the process is
     /// meant to be killed while holding it, to exercise the recovery from a dead owner).
