@@ -10,6 +10,8 @@ enum ChannelsBench: BenchSuite {
     /// The element: a string whose JSON encoding is `elementSize` bytes.
     static let element = String(repeating: "x", count: 62)
     static var elementSize: Int { element.utf8.count + 2 }
+    /// The blocks the round trips are measured in, floors and channels alternated.
+    static let roundTripBlocks = 4
 
     static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
         let container = try SharedContainer(path: path)
@@ -18,13 +20,10 @@ enum ChannelsBench: BenchSuite {
         let rounds = quick ? 2_000 : 20_000
 
         // The operating system's own primitives, measured in the same run.
-        var streams: [OSPrimitive: Double] = [:], handoffs: [OSPrimitive: Double] = [:], trips: [OSPrimitive: [Double]] = [:]
-        var handoffTrips: [OSPrimitive: [Double]] = [:]
+        var streams: [OSPrimitive: Double] = [:], handoffs: [OSPrimitive: Double] = [:]
         for primitive in OSPrimitive.allCases {
             streams[primitive] = try osStreamRate(primitive, container: path, count: streamCount)
             handoffs[primitive] = try osHandoffRate(primitive, container: path, count: rendezvousCount)
-            trips[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds)
-            if primitive != .pipe { handoffTrips[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds, handingOff: true) }
         }
         let pipeStream = streams[.pipe]!, pipeHandoff = handoffs[.pipe]!
         var results: [BenchResult] = []
@@ -39,11 +38,22 @@ enum ChannelsBench: BenchSuite {
         }
         let structRate = try await channelRate(container: container, path: path, capacity: "unbounded", count: streamCount, structs: true)
         results.append(BenchResult(name: "throughput_unbounded_json_struct_per_s", value: structRate, unit: "elements/s", floorName: "pipe_stream_per_s", floor: pipeStream))
-        // Alternated: rendezvous, buffered, rendezvous, buffered (half the rounds each time).
+        // Round trips, floors and channels alternated in blocks (a quarter of the rounds each,
+        // every block with new worker processes): on a loaded machine the scheduler may put the
+        // two sides of a conversation on one core or on two, which changes every round trip
+        // several times over and sticks for a worker's life, so each kind meets the same
+        // placements and the same moments of the run.
+        var trips: [OSPrimitive: [Double]] = [:], handoffTrips: [OSPrimitive: [Double]] = [:]
         var roundTrips: [Double] = [], bufferedTrips: [Double] = []
-        for _ in 0..<2 {
-            roundTrips += try await channelPingPong(container: container, path: path, rounds: rounds / 2, capacity: .rendezvous)
-            bufferedTrips += try await channelPingPong(container: container, path: path, rounds: rounds / 2, capacity: .bounded(OSLink.queueDepth))
+        for _ in 0..<roundTripBlocks {
+            for primitive in OSPrimitive.allCases {
+                trips[primitive, default: []] += try osRoundTrips(primitive, container: path, rounds: rounds / roundTripBlocks)
+                if primitive != .pipe {
+                    handoffTrips[primitive, default: []] += try osRoundTrips(primitive, container: path, rounds: rounds / roundTripBlocks, handingOff: true)
+                }
+            }
+            roundTrips += try await channelPingPong(container: container, path: path, rounds: rounds / roundTripBlocks, capacity: .rendezvous)
+            bufferedTrips += try await channelPingPong(container: container, path: path, rounds: rounds / roundTripBlocks, capacity: .bounded(OSLink.queueDepth))
         }
         for p in [50.0, 99.0] {
             let tag = "p\(Int(p))"
@@ -69,7 +79,7 @@ enum ChannelsBench: BenchSuite {
         }
         return (results, [
             "element": "a String of \(element.utf8.count) bytes (stored as UTF-8 text, frame \(element.utf8.count + 40) bytes rounded to 8); the json_struct row sends a Codable struct of about the same JSON size; the pipe, queue and socket carry \(elementSize) bytes per element",
-            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: send to the worker and its reply, \(rounds) rounds after warm-up, alternating rendezvous channels (each send waits for the receiver: two synchronous hand-offs) and buffered ones (bounded \(OSLink.queueDepth), the queue depth of the POSIX mq: a send returns once the element is in, like mq_send); handoff: the bench sends one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
+            "method": "throughput: one producer process, the bench process receives \(streamCount) elements (rendezvous \(rendezvousCount)); round trip: send to the worker and its reply, \(rounds) rounds after warm-up for each kind, in \(roundTripBlocks) blocks that alternate the OS primitives' round trips with rendezvous channels (each send waits for the receiver: two synchronous hand-offs) and buffered ones (bounded \(OSLink.queueDepth), the queue depth of the POSIX mq: a send returns once the element is in, like mq_send), new worker processes in every block; handoff: the bench sends one element and waits for a one-byte acknowledgement, \(rendezvousCount) times",
             "os_primitives": "pipe: two pipes; posix_mq: two POSIX message queues (depth \(OSLink.queueDepth), priority 0); unix_socket: one connected AF_UNIX stream socket; each in its own worker process, measured in this run",
             "rendezvous_floor": "a rendezvous send returns only once a receiver took the element, so each element is a synchronous hand-off to the other process and back; a stream lets the writer run ahead and both sides batch in the kernel, which no rendezvous may do. The fair floors are the hand-offs (send one element, wait for a one-byte ack)",
             "rendezvous_round_trip_floor": "a rendezvous round trip is two synchronous hand-offs (each send returns once the peer took the element): 4 wake-ups when the processes sleep, where a queue's round trip has 2. Its like-for-like OS floor is the hand-off round trip (element, one-byte ack, element back, ack: the *_handoff_round_trip rows); the buffered round trip (bounded \(OSLink.queueDepth)) is the like-for-like of the queues' plain round trip",

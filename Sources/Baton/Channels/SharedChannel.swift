@@ -103,6 +103,11 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     /// executor (one thread) per process, shared by every channel; it sleeps on one task's wait
     /// at a time (other waits on it work as anywhere else). Keep the work on it short and never
     /// block in it.
+    ///
+    /// A send or receive made there that would wake a waiter asleep on the same processor makes
+    /// its ring when the task next waits or suspends (at the latest when its turn on the thread
+    /// ends), so that the woken process does not take the processor while this task still runs:
+    /// another reason to keep the work between two awaits short.
     public var executor: any TaskExecutor { ChannelExecutor.shared }
 
     // MARK: Sending
