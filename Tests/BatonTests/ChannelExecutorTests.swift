@@ -50,8 +50,11 @@ struct ChannelExecutorTests {
             }
         }
         try await Task.sleep(for: .milliseconds(200))
+        let cancelled = ContinuousClock.now
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
+        // At the cancellation, not at the deadline a minute later.
+        #expect(ContinuousClock.now - cancelled < .seconds(10))
         // Nothing is left counted as asleep on the word: a send makes no wake-up call for it.
         try await channel.send(5)
         #expect(try await channel.receive(deadline: .after(.seconds(5))) == 5)
