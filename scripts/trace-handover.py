@@ -13,7 +13,8 @@ Each process wrote trace.<pid> (records of 32 bytes: monotonic ns, thread, 16-by
 Sources/CBatonShims/trace.c). The bench process is the one that wrote `bench.start`; a hand-over
 runs from its `bench.start` to its `bench.connected`, and holds the events of every process in
 between. For each preempted worker (one per measurement: global executor, then signal thread),
-this prints, over that worker's hand-overs after the first tenth, the median time of each event
+this prints, over that worker's sampled hand-overs (the bench's warm-up rounds left out: each
+kind's first block and the first rounds of every later block), the median time of each event
 since `bench.start` (an event that happens several times in a hand-over is numbered), the step
 from the event before, and the process: B the bench (the new holder), W the preempted worker.
 The raw floor's hand-overs (`floor.start` to `floor.connected`) are summed up the same way.
@@ -57,8 +58,30 @@ def spans(events, start, end, only=None):
     return result
 
 
+# The bench's unsampled rounds (LifecycleBench.measureHandOvers): every kind's first block is a
+# warm-up, and every later block starts with this many.
+BLOCK_WARM_UP = 3
+
+
+def sampled(kinds):
+    """Keeps the hand-overs the bench samples: `kinds` maps a kind to its rounds; the kinds run in
+    alternating blocks, so a round of another kind between two rounds of one ends a block."""
+    ordered = sorted((r[0][0], kind, index) for kind, rounds in kinds.items() for index, r in enumerate(rounds))
+    keep = {kind: [] for kind in kinds}
+    blocks = collections.Counter()
+    previous, position = None, 0
+    for _, kind, index in ordered:
+        if kind != previous:
+            blocks[kind] += 1
+            position = 0
+        if blocks[kind] > 1 and position >= BLOCK_WARM_UP:
+            keep[kind].append(kinds[kind][index])
+        previous = kind
+        position += 1
+    return keep
+
+
 def summarize(rounds, label):
-    rounds = rounds[len(rounds) // 10:]
     if not rounds:
         return
     total = statistics.median((r[-1][0] - r[0][0]) / 1000 for r in rounds)
@@ -89,7 +112,6 @@ if __name__ == "__main__":
         sys.exit("no bench.start in the traces: was the bench built with -Xswiftc -DBATON_TRACE and run with BATON_TRACE_DIR?")
     label_of = collections.defaultdict(lambda: "W")
     label_of[bench] = "B"
-    summarize(spans(events, "floor.start", "floor.connected"), "raw floor")
     all_rounds = spans(events, "bench.start", "bench.connected")
     # The preempted workers (the processes other than the bench that ran a supervisor), in the
     # order their measurements ran.
@@ -98,6 +120,9 @@ if __name__ == "__main__":
         if pid != bench and tag.startswith("sup.") and pid not in workers:
             workers.append(pid)
     names = ["preemption to connected (global executor)", "preemption to connected (signal thread)"]
+    kinds = {"raw floor": spans(events, "floor.start", "floor.connected")}
     for index, worker in enumerate(workers):
-        rounds = [r for r in all_rounds if any(e[1] == worker for e in r)]
-        summarize(rounds, names[index] if index < len(names) else f"worker {worker}")
+        name = names[index] if index < len(names) else f"worker {worker}"
+        kinds[name] = [r for r in all_rounds if any(e[1] == worker for e in r)]
+    for name, rounds in sampled(kinds).items():
+        summarize(rounds, name)
