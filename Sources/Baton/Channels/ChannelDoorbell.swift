@@ -139,7 +139,6 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
             if snapshot() != seen { return }
             throw Self.timedOut()
         }
-        ChannelExecutor.makeDeferredRings()
         if spinning, spin(after: seen) { return }
         // On the channel executor's thread: that thread sleeps on the word itself.
         if try await ChannelExecutor.waitIfCurrent(self, after: seen, deadline: deadline.instant) { return }

@@ -138,7 +138,8 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     /// Makes the rings deferred on this thread (nothing elsewhere, or when none are owed). Called
-    /// before a channel wait spins or sleeps.
+    /// before a channel wait spins; a wait that sleeps suspends its task first, and the run loop
+    /// makes the rings when that job ends, before the thread sleeps.
     static func makeDeferredRings() {
         let executor = shared
         guard executor.isCurrent, !executor.deferred.isEmpty else { return }
