@@ -13,7 +13,8 @@ import Synchronization
 ///   server, and a hand-written blocking client that reconnects as soon as `recv` returns 0.
 /// - preemption to connected: a worker process (role priority executor) holds the role and a connection;
 ///   this process (priority main) starts its own supervisor; time until the worker's connection is
-///   closed and this one is up. Floor: the same hand-over done raw (a pipe byte asks the worker,
+///   closed and this one is up (this process's `connect` closure returned it), and until a
+///   `states()` subscriber sees it (`..._state_seen`). Floor: the same hand-over done raw (a pipe byte asks the worker,
 ///   which closes its socket and `flock(LOCK_UN)`s; this process's blocking `flock` returns,
 ///   then it connects).
 enum LifecycleBench: BenchSuite {
@@ -45,13 +46,18 @@ enum LifecycleBench: BenchSuite {
             BenchResult(name: "drop_to_connected_p99_us", value: percentile(supervised, 99), unit: "us", floorName: "raw_connect_p99_us", floor: percentile(rawConnect, 99)),
             BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_drop_to_reconnect_p50_us", floor: percentile(rawReconnect, 50)),
             BenchResult(name: "drop_to_connected_p99_us", value: percentile(supervised, 99), unit: "us", floorName: "raw_drop_to_reconnect_p99_us", floor: percentile(rawReconnect, 99)),
-            BenchResult(name: "preemption_to_connected_p50_us", value: percentile(preemption, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
-            BenchResult(name: "preemption_to_connected_p99_us", value: percentile(preemption, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
-            BenchResult(name: "preemption_to_connected_signal_thread_p50_us", value: percentile(preemptionOnSignalThread, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
-            BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+            BenchResult(name: "preemption_to_connected_p50_us", value: percentile(preemption.up, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_p99_us", value: percentile(preemption.up, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+            BenchResult(name: "preemption_to_connected_state_seen_p50_us", value: percentile(preemption.observed, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_state_seen_p99_us", value: percentile(preemption.observed, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+            BenchResult(name: "preemption_to_connected_signal_thread_p50_us", value: percentile(preemptionOnSignalThread.up, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread.up, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
+            BenchResult(name: "preemption_to_connected_signal_thread_state_seen_p50_us", value: percentile(preemptionOnSignalThread.observed, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
+            BenchResult(name: "preemption_to_connected_signal_thread_state_seen_p99_us", value: percentile(preemptionOnSignalThread.observed, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
         ]
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) sampled rounds (after \(Self.handOverBlockWarmUp) unsampled ones), so that each figure and its floor see the same state of the machine",
+            "end_point": "preemption_to_connected: from the preempting process's start of its supervisor until its connect closure returns the new connection (connected, HELLO written: where the raw floor stops its clock); ..._state_seen: until the bench's task, a states() subscriber, sees .connected (one more hand-off between tasks, which the floor does not make)",
             "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
             "server_observed_overlaps": "\(global.count) of \(global.handOvers) hand-overs (global executor) and \(signalThread.count) of \(signalThread.handOvers) (signal thread), warm-up rounds included: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
@@ -69,7 +75,7 @@ enum LifecycleBench: BenchSuite {
     /// a second or more, then much slower: measured one after the other, the floor of a run
     /// ranged 36-113 µs between consecutive runs).
     private static func measureHandOvers(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws
-        -> (raw: [Double], global: (samples: [Double], overlaps: Preemption.Overlaps), signalThread: (samples: [Double], overlaps: Preemption.Overlaps)) {
+        -> (raw: [Double], global: (samples: Preemption.Samples, overlaps: Preemption.Overlaps), signalThread: (samples: Preemption.Samples, overlaps: Preemption.Overlaps)) {
         server.dropAll()
         let raw = try RawHandOver(path: path, server: server)
         let global = try Preemption(container: container, path: path, server: server, onSignalThread: false)
@@ -83,7 +89,7 @@ enum LifecycleBench: BenchSuite {
         _ = try raw.measure(rounds / 10)
         _ = try await global.measure(rounds / 10)
         _ = try await signalThread.measure(rounds / 10)
-        var rawSamples: [Double] = [], globalSamples: [Double] = [], signalSamples: [Double] = []
+        var rawSamples: [Double] = [], globalSamples = Preemption.Samples(), signalSamples = Preemption.Samples()
         var done = 0
         while done < rounds {
             // Each block starts with unsampled rounds, so that no kind's figures include the
@@ -282,18 +288,43 @@ enum LifecycleBench: BenchSuite {
             try worker.waitReady()
         }
 
-        /// `count` hand-overs; returns each one's time in µs.
-        func measure(_ count: Int) async throws -> [Double] {
+        /// Each hand-over's times in µs: until the new connection is up (this process's
+        /// `connect` closure returns it: connected and HELLO written, the point where the raw
+        /// floor stops its clock), and until a `states()` subscriber (the bench's task) sees
+        /// ``ConnectionState/connected(since:)``.
+        struct Samples {
+            var up: [Double] = []
+            var observed: [Double] = []
+
+            func dropFirst(_ count: Int) -> Samples {
+                Samples(up: Array(up.dropFirst(count)), observed: Array(observed.dropFirst(count)))
+            }
+
+            static func += (left: inout Samples, right: Samples) {
+                left.up += right.up
+                left.observed += right.observed
+            }
+        }
+
+        /// `count` hand-overs.
+        func measure(_ count: Int) async throws -> Samples {
             let port = server.port
             let hello = LoopbackClient.Hello(name: appName)
-            var samples: [Double] = []
+            var samples = Samples()
             for _ in 0..<count {
                 try LifecycleBench.waitForOpen(server, name: holderName)
+                // When this round's connection came up: stamped by the connect closure itself,
+                // once (a later reconnection of the same round would not move it).
+                let upAt = Atomic<UInt64>(0)
                 let supervisor = ConnectionSupervisor(
                     container: container,
                     permit: RolePermit(role, priority: .main, kind: "app"),
                     configuration: .init(keepAliveInterval: nil)
-                ) { try LoopbackClient(port: port, hello: hello) }
+                ) {
+                    let client = try LoopbackClient(port: port, hello: hello)
+                    _ = upAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed)
+                    return client
+                }
                 var states = supervisor.states().makeAsyncIterator()
                 handOverTrace("bench.start")
                 let start = monotonicNanoseconds()
@@ -310,7 +341,12 @@ enum LifecycleBench: BenchSuite {
                         while let state = await states.next(), !state.isConnected {}
                         let end = monotonicNanoseconds()
                         handOverTrace("bench.connected")
-                        samples.append(Double(end - start) / 1_000)
+                        let up = upAt.load(ordering: .relaxed)
+                        guard up >= start else {
+                            throw BatonError(.corrupt, "the supervisor reported connected before its connect closure returned a connection")
+                        }
+                        samples.up.append(Double(up - start) / 1_000)
+                        samples.observed.append(Double(end - start) / 1_000)
                         group.cancelAll()
                         try await group.waitForAll()
                     }

@@ -183,6 +183,7 @@ package final class PollLoop: @unchecked Sendable {
             switch backend {
             case .epoll:
                 takeOut(fd, &state)
+                handOverTrace("poll.removed")
                 if shuttingDown { shutdown(fd, Int32(SHUT_RDWR)) }
                 handOverTrace("poll.shutdown")
                 if state.dispatching { return (true, !onLoopThread, false) }

@@ -92,19 +92,29 @@ struct ObservedPermit: ConnectionPermit {
     }
 }
 
-/// A loopback connection that records the name of the thread its first `close()` ran on.
+/// A loopback connection that records the names of the threads its first `close()` ran on and
+/// its first `closed()` was awaited on.
 final class ThreadRecordingConnection: SupervisedConnection {
     let client: LoopbackClient
     let closedOn = Mutex<String?>(nil)
+    let closedAwaitedOn = Mutex<String?>(nil)
 
     init(_ client: LoopbackClient) { self.client = client }
 
-    func closed() async { await client.closed() }
+    /// The calling thread's name (Linux: its `comm`).
+    private static func threadName() -> String {
+        ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func closed() async {
+        let name = Self.threadName()
+        closedAwaitedOn.withLock { if $0 == nil { $0 = name } }
+        await client.closed()
+    }
     func ping() async throws { try await client.ping() }
     func close() async {
-        // The calling thread's name (Linux: its `comm`).
-        let name = ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = Self.threadName()
         closedOn.withLock { if $0 == nil { $0 = name } }
         await client.close()
     }
@@ -169,6 +179,30 @@ struct LifecycleTests {
         }
         #expect(supervisor.currentState == .stopped)
         try await server.waitUntil { $0.allSatisfy { !$0.isOpen } }
+    }
+
+    /// A `connect()` that returns without suspending (a blocking loopback connect) runs before
+    /// the supervisor tells its subscribers that an attempt started (telling them wakes their
+    /// tasks, a thread's wake-up on the way to the connection); they still see `connecting`
+    /// before `connected`.
+    @Test func aConnectThatDoesNotSuspendIsUpBeforeConnectingIsPublished() async throws {
+        let server = try LoopbackServer()
+        let port = server.port
+        let supervisorBox = Locked<ConnectionSupervisor<LoopbackClient>?>(nil)
+        let statesInConnect = Locked<[ConnectionState]>([])
+        let supervisor = ConnectionSupervisor(configuration: .init(keepAliveInterval: nil)) {
+            if let state = supervisorBox.withLock({ $0 })?.currentState { statesInConnect.withLock { $0.append(state) } }
+            return try LoopbackClient(port: port, hello: .init(name: "client"))
+        }
+        supervisorBox.withLock { $0 = supervisor }
+        try await withSupervisor(supervisor) { log in
+            try await log.waitUntil("the connection") { $0.contains { $0.isConnected } }
+            #expect(statesInConnect.withLock { $0 } == [.waitingForPermit])
+            let states = log.states
+            let connecting = try #require(states.firstIndex(of: .connecting(attempt: 0)), "states: \(states)")
+            let connected = try #require(states.firstIndex { $0.isConnected }, "states: \(states)")
+            #expect(connecting < connected)
+        }
     }
 
     @Test func backsOffUnderRepeatedFailureAndRecovers() async throws {
@@ -518,6 +552,9 @@ struct LifecycleTests {
             try await app.line(timeout: 20) { $0.contains("\"acquired\"") }
             let first = try #require(connection.withLock { $0 })
             #expect(first.closedOn.withLock { $0 } == "baton-signals")
+            // The live connection's end was awaited there too, so that the close resumes that
+            // wait on its own thread, not by waking a pool thread before the release.
+            #expect(first.closedAwaitedOn.withLock { $0 } == "baton-signals")
             // Closed before the role was released, as always.
             #expect(server.records.count == 1 && !server.records[0].isOpen)
         }

@@ -4,8 +4,10 @@ import CBatonShims
 public enum ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// Not allowed to connect: the process does not hold the permit (the role), or is suspended.
     case waitingForPermit
-    /// Calling `connect()`. `attempt` counts the attempts since the last stable connection
-    /// (0 is the first, made at once).
+    /// Calling `connect()` (published once the attempt has started; a `connect()` that returns
+    /// without suspending may be done by then, and ``connected(since:)`` follows at once).
+    /// `attempt` counts the attempts since the last stable connection (0 is the first, made at
+    /// once).
     case connecting(attempt: Int)
     /// A connection is up.
     case connected(since: ContinuousClock.Instant)

@@ -5,6 +5,10 @@
 public protocol SupervisedConnection: Sendable {
     /// Returns once the connection is closed, whoever closed it (the peer, the network, or
     /// ``close()``). Returns at once if it is already closed.
+    ///
+    /// The supervisor awaits it on the same executor as ``close()`` on a stop request (the
+    /// grant's ``ConnectionGrant/stopRequestExecutor``), so that the close resumes it without
+    /// waking another thread: suspend until the end, never block.
     func closed() async
 
     /// Closes the connection and returns once it is closed. Calling it more than once is safe.
