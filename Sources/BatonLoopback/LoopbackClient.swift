@@ -40,6 +40,9 @@ package final class LoopbackClient: SupervisedConnection {
 
     private let fd: Int32
     private let loop: PollLoop
+    /// The descriptor's registration in the loop (see ``PollLoop/shutDown(_:token:)``).
+    /// (Stored once `add` returns; the handler, which captures `self`, is made before.)
+    private let registration = Atomic<UInt64>(0)
     private let continuation: AsyncStream<LoopbackLine>.Continuation
     private let state = Mutex<(closed: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
@@ -64,7 +67,7 @@ package final class LoopbackClient: SupervisedConnection {
         let fd = self.fd
         let splitter = Mutex(LineSplitter())
         defer { handOverTrace("client.added") }
-        try loop.add(fd, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */) { [weak self] _ in
+        let token = try loop.add(fd, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */) { [weak self] _ in
             var buffer = [UInt8](repeating: 0, count: 16_384)
             while true {
                 let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
@@ -81,6 +84,7 @@ package final class LoopbackClient: SupervisedConnection {
                 return false
             }
         }
+        registration.store(token, ordering: .releasing)
     }
 
     private func markClosed() {
@@ -112,6 +116,16 @@ package final class LoopbackClient: SupervisedConnection {
         handOverTrace("client.closed")
         continuation.finish()
         markClosed()
+    }
+
+    /// Shuts the socket down without waiting for anything (the peer has its end of stream; this
+    /// side's ``incoming`` finishes once the poll loop's thread sees it): the way to end the
+    /// connection from a task's cancellation handler. ``disconnect()`` may wait there for the
+    /// loop's thread, which may be resuming that very task and then needs the lock the runtime
+    /// holds while the handler runs: both wait forever (seen in the inbox benchmark under load:
+    /// a cancelled ``LoopbackMessageSource`` whose server had just sent a line).
+    package func shutDown() {
+        loop.shutDown(fd, token: registration.load(ordering: .acquiring))
     }
 
     package func closed() async {

@@ -79,7 +79,9 @@ package struct LoopbackMessageSource: MessageSource {
             try Task.checkCancellation()
             throw BatonError(.lost, "the loopback server on port \(port) closed the connection")
         } onCancel: {
-            client.disconnect()
+            // Not `disconnect()`, which may wait for the poll loop's thread: see `shutDown()`.
+            // The loop's thread then finishes `incoming`, and the `defer` above disconnects.
+            client.shutDown()
         }
     }
 }

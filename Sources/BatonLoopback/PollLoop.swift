@@ -139,15 +139,19 @@ package final class PollLoop: @unchecked Sendable {
     /// others of the same batch, so that the closes of old connections are recorded before the
     /// accepts of new ones. The loop owns `fd` from now on: after ``stop()``, or when it cannot
     /// be watched, it is closed at once.
+    /// - Returns: The registration's token (for ``shutDown(_:token:)``); 0 when the loop had
+    ///   stopped (the descriptor is closed).
     /// - Throws: `systemCallFailed` when epoll refuses the descriptor (it is closed).
-    package func add(_ fd: Int32, events: Int16 = Int16(POLLIN), handledLast: Bool = false, handler: @escaping Handler) throws {
+    @discardableResult
+    package func add(_ fd: Int32, events: Int16 = Int16(POLLIN), handledLast: Bool = false, handler: @escaping Handler) throws -> UInt64 {
+        var token: UInt64 = 0
         let wakeNeeded = try state.withLock { state -> Bool in
             guard !state.stopped else {
                 close(fd) // under the lock: `withRegistered` never sees the number reused
                 return false
             }
             state.serial &+= 1
-            let token = UInt64(UInt32(bitPattern: fd)) | (state.serial << 32)
+            token = UInt64(UInt32(bitPattern: fd)) | (state.serial << 32)
             if backend == .epoll, baton_epoll_add(epoll, fd, UInt32(UInt16(bitPattern: events)), token) != 0 {
                 let code = errno
                 close(fd)
@@ -159,6 +163,25 @@ package final class PollLoop: @unchecked Sendable {
             return backend == .poll && !state.isLoopThread()
         }
         if wakeNeeded { wake() }
+        return token
+    }
+
+    /// Shuts the socket of registration `token` down (`shutdown(2)`, both directions) if it is
+    /// still registered, and returns at once: its handler then sees the end of the stream on
+    /// the loop's thread, and the loop removes and closes it as usual.
+    ///
+    /// Unlike ``remove(_:shuttingDown:)``, it never waits for the loop's thread, so it is safe
+    /// where waiting is not: in a task's cancellation handler, which runs while the runtime
+    /// holds that task's status lock. A handler that resumes the same task at that moment (a
+    /// stream's `yield`) needs that lock, and a `remove` waiting for the handler's batch to end
+    /// would wait forever.
+    package func shutDown(_ fd: Int32, token: UInt64) {
+        state.withLock { state in
+            // Under the lock, and only for this very registration: the number may have been
+            // closed and registered again since.
+            guard state.entries[fd]?.token == token else { return }
+            shutdown(fd, Int32(SHUT_RDWR))
+        }
     }
 
     /// Runs `body` on the caller's thread while the loop cannot close any descriptor.

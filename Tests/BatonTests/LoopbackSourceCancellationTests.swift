@@ -1,0 +1,125 @@
+import Baton
+import BatonLoopback
+import BatonTestSupport
+import Synchronization
+import Testing
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#endif
+
+/// A loopback message source cancelled while its server sends. Found in the inbox benchmark
+/// under load: a worker hung for good with its connection closed. Its cancellation handler
+/// called `LoopbackClient.disconnect()`, which waited for the poll loop's thread to finish its
+/// batch, while that thread, yielding a line to the very task being cancelled, waited for the
+/// task's status lock, which the runtime holds while a cancellation handler runs.
+@Suite("Loopback source cancellation")
+struct LoopbackSourceCancellationTests {
+    /// A TCP listener on 127.0.0.1 whose thread writes `IDLE` lines as fast as it can into its
+    /// newest connection.
+    private final class FloodingServer: Sendable {
+        let port: UInt16
+        private let listener: Int32
+        private let stopped = Atomic<Bool>(false)
+        private let exited = Atomic<Bool>(false)
+
+        init() throws {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw TestFailure("socket failed: \(errno)") }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = 0
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0, listen(fd, 16) == 0 else {
+                close(fd)
+                throw TestFailure("bind/listen failed: \(errno)")
+            }
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            listener = fd
+            port = UInt16(bigEndian: address.sin_port)
+            let listener = self.listener
+            KernelThread.spawn(name: "test-flood") { [self] in
+                let line = Array("IDLE\n".utf8)
+                var chunk: [UInt8] = []
+                for _ in 0..<20 { chunk += line }
+                var connection: Int32 = -1
+                while !stopped.load(ordering: .acquiring) {
+                    // Writes while the client reads; a new client waiting in the backlog replaces
+                    // the current one (which may be gone: a socket its process closed can sit
+                    // in the kernel with a full window, where a blocking send would wait for good).
+                    var entries = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
+                                   pollfd(fd: connection, events: Int16(POLLOUT), revents: 0)]
+                    guard poll(&entries, connection >= 0 ? 2 : 1, 100) > 0 else { continue }
+                    if entries[0].revents != 0 {
+                        if connection >= 0 { close(connection) }
+                        connection = accept(listener, nil, nil)
+                        if connection >= 0 { _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) | O_NONBLOCK) }
+                        continue
+                    }
+                    if connection >= 0, entries[1].revents != 0 {
+                        if send(connection, chunk, chunk.count, Int32(MSG_NOSIGNAL)) < 0, errno != EAGAIN {
+                            close(connection)
+                            connection = -1
+                        }
+                        // In bursts, so that the client's handler runs often and briefly.
+                        usleep(100)
+                    }
+                }
+                if connection >= 0 { close(connection) }
+                exited.store(true, ordering: .releasing)
+            }
+        }
+
+        /// Stops the thread (within its 0.1 s poll) and closes the listener.
+        func stop() {
+            stopped.store(true, ordering: .releasing)
+            while !exited.load(ordering: .acquiring) { usleep(1_000) }
+            close(listener)
+        }
+    }
+
+    @Test("a source cancelled while lines arrive ends at once, every time")
+    func cancelledWhileLinesArrive() async throws {
+        let server = try FloodingServer()
+        defer { server.stop() }
+        let source = LoopbackMessageSource(port: server.port)
+        for round in 0..<2_000 {
+            let ended = Atomic<Bool>(false)
+            let idles = Atomic<Int>(0)
+            let task = Task {
+                defer { ended.store(true, ordering: .releasing) }
+                try await source.run(epoch: 0, receive: { _ in }, isDone: {
+                    idles.add(1, ordering: .relaxed)
+                    return false
+                })
+            }
+            // Cancelled while the poll thread hands it lines (it has had some).
+            let start = ContinuousClock.now
+            while idles.load(ordering: .relaxed) < 1 + round % 20 {
+                guard ContinuousClock.now - start < .seconds(10) else { throw TestFailure("round \(round): the source got no lines") }
+                try await Task.sleep(for: .microseconds(100))
+            }
+            // Cancelled from a thread of its own: the cancellation handler runs on the thread
+            // that cancels, and a deadlock there must not take the test's own thread with it.
+            KernelThread.spawn(name: "test-cancel") { task.cancel() }
+            // A deadlock leaves the task hung for good: fail instead of waiting with it.
+            let cancelled = ContinuousClock.now
+            while !ended.load(ordering: .acquiring) {
+                guard ContinuousClock.now - cancelled < .seconds(10) else {
+                    Issue.record("round \(round): the cancelled source did not end within 10 s (its cancellation handler and the poll thread wait for each other)")
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            await #expect(throws: CancellationError.self) { try await task.value }
+        }
+    }
+}
+
