@@ -193,7 +193,12 @@ enum RolesBench: BenchSuite {
                 released.append(Double(Int64(bitPattern: baton_load64(stamp(shm, releasedOffset)) &- start)) / 1_000)
             }
         }
-        let breakdown = "p50 from main's acquire call: the executor sees the stop request at \(fixed(percentile(seen, 50))) us, has released at \(fixed(percentile(released, 50))) us, main holds at \(fixed(percentile(samples, 50))) us"
+        // The slowest rounds (at or above p99), each as its three steps: where a tail comes from.
+        let tail = percentile(samples, 99)
+        let slowest = samples.indices.filter { samples[$0] >= tail }.map { index in
+            "\(fixed(seen[index]))/\(fixed(released[index] - seen[index]))/\(fixed(samples[index] - released[index]))"
+        }
+        let breakdown = "p50 from main's acquire call: the executor sees the stop request at \(fixed(percentile(seen, 50))) us, has released at \(fixed(percentile(released, 50))) us, main holds at \(fixed(percentile(samples, 50))) us; the rounds at or above p99, as request-to-seen/seen-to-released/released-to-held us: \(slowest.joined(separator: ", "))"
         return (samples, breakdown)
     }
 
