@@ -11,12 +11,12 @@ import Synchronization
 /// - drop to connected: the loopback server drops the connection; time until the supervisor
 ///   reports the new connection up. Floors in the same run: a raw TCP `connect` to the same
 ///   server, and a hand-written blocking client that reconnects as soon as `recv` returns 0.
-/// - preemption to connected: a worker process (role priority executor) holds the role and a connection;
-///   this process (priority main) starts its own supervisor; time until the worker's connection is
-///   closed and this one is up (this process's `connect` closure returned it), and until a
-///   `states()` subscriber sees it (`..._state_seen`). Floor: the same hand-over done raw (a pipe byte asks the worker,
-///   which closes its socket and `flock(LOCK_UN)`s; this process's blocking `flock` returns,
-///   then it connects).
+/// - preemption to connected: a worker process (role priority executor) holds the role and a
+///   connection; this process (priority main) starts its own supervisor; time until the worker's
+///   connection is closed and this one is up (this process's `connect` closure returned it), and
+///   until a `states()` subscriber sees it (`..._state_seen`). Floor: the same hand-over done raw
+///   (a pipe byte asks the worker, which closes its socket and `flock(LOCK_UN)`s; this process's
+///   blocking `flock` returns, then it connects).
 enum LifecycleBench: BenchSuite {
     static let name = "lifecycle"
 

@@ -76,12 +76,19 @@ struct ChannelExecutorTests {
         #expect(try await b == 2)
     }
 
+    /// An unbounded channel `name` in a new container whose rings made on the channel executor
+    /// always wait for the task's next wait or suspension, whatever the processor hints say.
+    private static func alwaysDeferringChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
+        let directory = try TemporaryContainer()
+        let channel = try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: .unbounded)
+        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        return (directory, channel)
+    }
+
     @Test("a ring made by a task on the channel executor waits for the task's next suspension, then goes")
     func ringWaitsForTheTasksSuspension() async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        let channel = try SharedChannel<Int>(container, name: "executor-deferred", capacity: .unbounded)
-        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let (directory, channel) = try Self.alwaysDeferringChannel("executor-deferred")
+        defer { withExtendedLifetime(directory) {} }
         let (before, afterSend, afterSuspension) = try await withTaskExecutorPreference(channel.executor) {
             let before = channel.log.readable.snapshot()
             try await channel.send(1)
@@ -97,10 +104,7 @@ struct ChannelExecutorTests {
 
     @Test("a deferred ring wakes another process's receiver when the sending task then sleeps for something else")
     func deferredRingReachesASleepingReceiver() async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        let channel = try SharedChannel<Int>(container, name: "executor-deferred-peer", capacity: .unbounded)
-        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let (directory, channel) = try Self.alwaysDeferringChannel("executor-deferred-peer")
         let receiver = Task { try await runBaton(["channel", "receive", "executor-deferred-peer", "--count", "1"], container: directory.path, timeout: 20) }
         // The receiver counts itself asleep on the word before the send (its ring must wake it).
         let start = ContinuousClock.now

@@ -25,25 +25,7 @@ struct LoopbackSourceCancellationTests {
         private let exited = Atomic<Bool>(false)
 
         init() throws {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { throw TestFailure("socket failed: \(errno)") }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = 0
-            let bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard bound == 0, listen(fd, 16) == 0 else {
-                close(fd)
-                throw TestFailure("bind/listen failed: \(errno)")
-            }
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-            }
-            listener = fd
-            port = UInt16(bigEndian: address.sin_port)
+            (listener, port) = try LoopbackSocket.listening(port: 0)
             let listener = self.listener
             KernelThread.spawn(name: "test-flood") { [self] in
                 let line = Array("IDLE\n".utf8)

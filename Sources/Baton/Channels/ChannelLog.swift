@@ -126,8 +126,7 @@ final class ChannelLog: @unchecked Sendable {
         owners = nil
         waiters = .inProcess
         SharedMutex(header.advanced(by: Self.oMutex)).initialize()
-        readable = ChannelDoorbell(headerMemory, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, sleeper: Self.oReadableSleeper, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, sleeper: Self.oWritableSleeper, threadName: "baton-chan-wr")
+        (readable, writable) = Self.doorbells(headerMemory)
         baton_store64(Self.dword(header, Self.oDataSize), UInt64(Self.initialDataSize))
     }
 
@@ -197,8 +196,7 @@ final class ChannelLog: @unchecked Sendable {
         self.data = header // replaced below, under the mutex
         self.mappedDataSize = 0
         self.headerGuard = MappingGuard.register(header, size: Self.headerSize, fd: fd)
-        readable = ChannelDoorbell(headerMemory!, word: Self.oReadable, sleepers: Self.oReadableSleepers, ringer: Self.oReadableRinger, sleeper: Self.oReadableSleeper, threadName: "baton-chan-rd")
-        writable = ChannelDoorbell(headerMemory!, word: Self.oWritable, sleepers: Self.oWritableSleepers, ringer: Self.oWritableRinger, sleeper: Self.oWritableSleeper, threadName: "baton-chan-wr")
+        (readable, writable) = Self.doorbells(headerMemory!)
         // Every stored property is set: if this throws, deinit runs and closes the descriptor
         // (closing it here too would close it twice).
         try withLock(opening: true) {}
@@ -409,6 +407,12 @@ final class ChannelLog: @unchecked Sendable {
     private func cutShortError() -> BatonError {
         guard case .file(_, _, let absolutePath) = storage else { return BatonError(.corrupt, "the channel was cut short") }
         return BatonError(.corrupt, "the channel file \(absolutePath) was cut short by another program; the elements it held may be lost. Remove it and open the channel again")
+    }
+
+    /// The two doorbells of the header in `memory`, at their words in the layout above.
+    private static func doorbells(_ memory: ChannelHeaderMemory) -> (readable: ChannelDoorbell, writable: ChannelDoorbell) {
+        (ChannelDoorbell(memory, word: oReadable, sleepers: oReadableSleepers, ringer: oReadableRinger, sleeper: oReadableSleeper, threadName: "baton-chan-rd"),
+         ChannelDoorbell(memory, word: oWritable, sleepers: oWritableSleepers, ringer: oWritableRinger, sleeper: oWritableSleeper, threadName: "baton-chan-wr"))
     }
 
     /// Rings the doorbells of `bits` (1 readable, 2 writable) that the holder with `token` owed at
