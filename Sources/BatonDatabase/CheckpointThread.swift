@@ -102,6 +102,10 @@ final class CheckpointThread: @unchecked Sendable {
         state.withLock { $0.hooks = hooks }
     }
 
+    /// The name of the SQLite VFS the thread's connection is opened with (`nil`: the default);
+    /// read at each opening. For tests, which slow its syncs down as a busy disk does.
+    let vfs = Mutex<String?>(nil)
+
     /// How many claims were handed to the thread (for tests).
     var submittedCount: UInt64 { state.withLock { $0.submitted } }
 
@@ -135,6 +139,13 @@ final class CheckpointThread: @unchecked Sendable {
         AddressWait.wakeOne(word)
         waitUntilFinished(submission.behind, patience: patience)
         return true
+    }
+
+    /// Sleeps until the thread has finished with every claim handed to it so far (or stopped),
+    /// `patience` at most: a writer about to restart the WAL in its turn waits here for the
+    /// checkpoint lock this process's thread holds.
+    func waitUntilIdle(patience: Duration) {
+        waitUntilFinished(state.withLock { $0.submitted }, patience: patience)
     }
 
     /// Sleeps until the thread has finished with the first `count` claims (or stopped), for
@@ -236,7 +247,7 @@ final class CheckpointThread: @unchecked Sendable {
         }
         if case .some(let connection) = open { return connection }
         var handle: OpaquePointer?
-        let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+        let code = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs.withLock { $0 })
         // A read of the database's header, so that the connection knows it is in WAL mode and
         // opens the WAL (a checkpoint on a connection that has read nothing yet does nothing
         // and says SQLITE_OK).

@@ -24,16 +24,22 @@ import Synchronization
 ///   the thread cannot open has it run in the writer's call (``checkpoint(_:claimed:)``).
 /// - A checkpoint that overlapped commits leaves a tail, so SQLite cannot start the WAL over by
 ///   itself. Once the WAL holds ``restartCycles`` × `checkpointPages` frames and the tail is
-///   short (or one cycle later whatever the tail), the writer runs a `RESTART` checkpoint in its
-///   turn (``restart(_:tryOnce:)``): it syncs only the tail (about 1 ms here), and the next commit
-///   starts the WAL over. The WAL file so peaks near 2.3 × `checkpointPages` pages, a little more
-///   when a writer commits faster than the disk syncs (a lone writer's WAL, which it once started
-///   over at every checkpoint, peaked at 2.2-3.4 cycles of 32 pages in tests): a writer that
-///   claims a checkpoint while one of its process's is still running waits for that one
-///   (``CheckpointThread/submit(claimed:patience:)``). The restart tries SQLite's locks once: a reader of
-///   an old snapshot makes it give up until the WAL has grown by another quarter of
-///   `checkpointPages`. (The shared database's size bound, a `RESTART` that waits for readers,
-///   stays behind it.)
+///   short, the writer runs a `RESTART` checkpoint in its turn (``restart(_:tryOnce:)``): it
+///   syncs only the tail (about 1 ms here), and the next commit starts the WAL over.
+/// - The bound: at ``restartCycles`` + 1 cycles the writer restarts whatever the tail, before it
+///   claims anything, after waiting (in its turn) for its process's checkpoint thread, whose
+///   checkpoint holds SQLite's checkpoint lock. A disk slower than the writers (each checkpoint
+///   longer than a quarter cycle of commits) would otherwise have every restart find that lock
+///   taken, and the WAL would grow for as long as the disk stays slow: 817 frames of 32-page
+///   cycles in a test whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where
+///   now it peaks at 3 cycles and a commit. A writer that claims a checkpoint while one of its
+///   process's is still running waits for that one too
+///   (``CheckpointThread/submit(claimed:patience:)``).
+///
+/// The restart tries SQLite's locks once: a reader of an old snapshot, or another process's
+/// checkpoint, makes it give up until the WAL has grown by another quarter of
+/// `checkpointPages` (passive checkpoints go on meanwhile). The shared database's size bound, a
+/// `RESTART` that waits for readers, stays behind it.
 ///
 /// Measured with 4 writer processes on 2 cores: the overlapped checkpoints make them together
 /// faster than one writer alone, where the in-turn checkpoint made them 10 % slower.
@@ -119,6 +125,12 @@ final class Checkpointer: Sendable {
             restartRetry.store(0, ordering: .relaxed)
         }
         let claimed = UInt32(truncatingIfNeeded: word >> 32), checkpointed = UInt32(truncatingIfNeeded: word)
+        let retryReached = Int(frames) >= restartRetry.load(ordering: .relaxed)
+        // The bound: past one more cycle, restart whatever the tail, before claiming anything
+        // (checkpoints that each sync longer than the writers take to fill a quarter cycle would
+        // otherwise keep every restart from its lock, and the WAL would grow for as long as the
+        // disk is slow: 952 frames of 32-page cycles under fsync load, before this rule).
+        if frames >= pages &* (Self.restartCycles + 1), retryReached { return .restart }
         // One runs, unless it was claimed a whole cycle ago: its writer is slow (a loaded
         // machine), stopped or dead, and the WAL must not wait for it.
         if claimed > checkpointed, frames - claimed < pages { return .none }
@@ -127,11 +139,8 @@ final class Checkpointer: Sendable {
             guard queue.updateProgress(from: word, to: UInt64(frames) << 32 | UInt64(checkpointed)) else { return .none }
             return .checkpoint(claimed: frames)
         }
-        // A short tail makes a cheap restart; past one more cycle, restart whatever the tail
-        // (a slow disk makes long tails).
-        if checkpointed > 0, frames >= pages &* Self.restartCycles,
-           tail <= pages / 4 || frames >= pages &* (Self.restartCycles + 1),
-           Int(frames) >= restartRetry.load(ordering: .relaxed) {
+        // A short tail makes a cheap restart.
+        if checkpointed > 0, frames >= pages &* Self.restartCycles, tail <= pages / 4, retryReached {
             return .restart
         }
         return .none

@@ -590,7 +590,12 @@ public final class SharedDatabase: Sendable {
         if interruption.isSet { return .none }
         let plan = checkpointer.plan()
         switch plan {
-        case .restart: checkpointer.restart(db, tryOnce: tryOnce)
+        case .restart:
+            // A checkpoint of this process's thread holds SQLite's checkpoint lock, which a
+            // restart only tries once: wait for it first (in the turn: the writers that outpace
+            // the disk wait for it, as SQLite's own checkpoint in COMMIT makes them).
+            checkpointThread.waitUntilIdle(patience: configuration.busyTimeout)
+            if !interruption.isSet { checkpointer.restart(db, tryOnce: tryOnce) }
         case .none: boundWAL(db)
         case .checkpoint: break
         }
