@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lays the hand-over traces of `baton bench lifecycle` on one time line.
+"""Lays the hand-over traces of `baton bench lifecycle` or `baton bench roles` on one time line.
 
 Build with the trace points compiled in, run the bench with BATON_TRACE_DIR set, then read:
 
@@ -18,6 +18,10 @@ kind's first block and the first rounds of every later block), the median time o
 since `bench.start` (an event that happens several times in a hand-over is numbered), the step
 from the event before, and the process: B the bench (the new holder), W the preempted worker.
 The raw floor's hand-overs (`floor.start` to `floor.connected`) are summed up the same way.
+
+Traces of `baton bench roles` (its process wrote `roles.start`) give its preemptions instead,
+from `roles.start` (main calls acquire) to `roles.held`, for each preempted worker (signal
+thread, then global executor), its first 40 rounds (the bench's warm-up) left out.
 """
 import collections
 import glob
@@ -37,7 +41,7 @@ def load(directory):
                 break
             tag = data[offset + 16:offset + 32].split(b"\0")[0].decode()
             events.append((ns, pid, thread, tag))
-            if tag == "bench.start":
+            if tag in ("bench.start", "roles.start"):
                 bench = pid
     events.sort()
     return events, bench
@@ -61,6 +65,8 @@ def spans(events, start, end, only=None):
 # The bench's unsampled rounds (LifecycleBench.measureHandOvers): every kind's first block is a
 # warm-up, and every later block starts with this many.
 BLOCK_WARM_UP = 3
+# The roles bench's unsampled rounds (RolesBench.preemption: a tenth of 400).
+ROLES_WARM_UP = 40
 
 
 def sampled(kinds):
@@ -112,6 +118,18 @@ if __name__ == "__main__":
         sys.exit("no bench.start in the traces: was the bench built with -Xswiftc -DBATON_TRACE and run with BATON_TRACE_DIR?")
     label_of = collections.defaultdict(lambda: "W")
     label_of[bench] = "B"
+    if any(e[3] == "roles.start" for e in events):
+        # The roles bench: its preempted worker is the process that saw the stop request.
+        all_rounds = spans(events, "roles.start", "roles.held", only=None)
+        workers = []
+        for _, pid, _, tag in events:
+            if tag == "roles.seen" and pid not in workers:
+                workers.append(pid)
+        names = ["preemption to the grant (signal thread)", "preemption to the grant (global executor)"]
+        for index, worker in enumerate(workers):
+            rounds = [r for r in all_rounds if any(e[1] == worker and e[3] == "roles.seen" for e in r)]
+            summarize(rounds[ROLES_WARM_UP:], names[index] if index < len(names) else f"worker {worker}")
+        sys.exit(0)
     all_rounds = spans(events, "bench.start", "bench.connected")
     # The preempted workers (the processes other than the bench that ran a supervisor), in the
     # order their measurements ran.

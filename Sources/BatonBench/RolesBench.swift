@@ -180,9 +180,11 @@ enum RolesBench: BenchSuite {
             }
             let (start, end) = try await withTaskExecutorPreference(executor) {
                 try await Task.sleep(for: .microseconds(500))
+                handOverTrace("roles.start")
                 let start = monotonicNanoseconds()
                 let lease = try await role.acquire(priority: .main, kind: "bench", deadline: .after(.seconds(10)))
                 let end = monotonicNanoseconds()
+                handOverTrace("roles.held")
                 await lease.release()
                 return (start, end)
             }
@@ -274,6 +276,7 @@ enum RolesBench: BenchSuite {
                     emit("held \(lease.epoch)")
                     for await _ in lease.stopRequests { break }
                     baton_store64(stamp(shm, seenOffset), monotonicNanoseconds())
+                    handOverTrace("roles.seen")
                     await lease.release()
                     baton_store64(stamp(shm, releasedOffset), monotonicNanoseconds())
                 }
