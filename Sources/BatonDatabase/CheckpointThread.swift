@@ -141,9 +141,12 @@ final class CheckpointThread: @unchecked Sendable {
         return true
     }
 
+    /// Whether the thread has claims it has not finished with (one runs, or waits to).
+    var isBusy: Bool { state.withLock { $0.finished < $0.submitted && !$0.stopped } }
+
     /// Sleeps until the thread has finished with every claim handed to it so far (or stopped),
-    /// `patience` at most: a writer about to restart the WAL in its turn waits here for the
-    /// checkpoint lock this process's thread holds.
+    /// `patience` at most: a writer whose restart of the WAL is due waits here, outside its
+    /// turn, for the checkpoint lock this process's thread holds.
     func waitUntilIdle(patience: Duration) {
         waitUntilFinished(state.withLock { $0.submitted }, patience: patience)
     }

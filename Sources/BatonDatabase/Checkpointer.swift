@@ -27,14 +27,15 @@ import Synchronization
 ///   short, the writer runs a `RESTART` checkpoint in its turn (``restart(_:tryOnce:)``): it
 ///   syncs only the tail (about 1 ms here), and the next commit starts the WAL over.
 /// - The bound: at ``restartCycles`` + 1 cycles the writer restarts whatever the tail, before it
-///   claims anything, after waiting (in its turn) for its process's checkpoint thread, whose
-///   checkpoint holds SQLite's checkpoint lock. A disk slower than the writers (each checkpoint
-///   longer than a quarter cycle of commits) would otherwise have every restart find that lock
-///   taken, and the WAL would grow for as long as the disk stays slow: 817 frames of 32-page
-///   cycles in a test whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where
-///   now it peaks at 3 cycles and a commit. A writer that claims a checkpoint while one of its
-///   process's is still running waits for that one too
-///   (``CheckpointThread/submit(claimed:patience:)``).
+///   claims anything. When its process's checkpoint thread runs a checkpoint then (which holds
+///   SQLite's checkpoint lock), the writer hands its turn on and waits for that checkpoint
+///   outside the turn (``Plan/awaitCheckpoint``: the other processes' writers go on), and the
+///   next commit restarts. A disk slower than the writers (each checkpoint longer than a
+///   quarter cycle of commits) would otherwise have every restart find that lock taken, and the
+///   WAL would grow for as long as the disk stays slow: 817 frames of 32-page cycles in a test
+///   whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where now it peaks at 3
+///   cycles and a commit. A writer that claims a checkpoint while one of its process's is still
+///   running waits for that one too (``CheckpointThread/submit(claimed:patience:)``).
 ///
 /// The restart tries SQLite's locks once: a reader of an old snapshot, or another process's
 /// checkpoint, makes it give up until the WAL has grown by another quarter of
@@ -57,11 +58,19 @@ final class Checkpointer: Sendable {
         case checkpoint(claimed: UInt32)
         /// ``restart(_:tryOnce:)`` now, in the turn.
         case restart
+        /// A restart is due, but this process's ``CheckpointThread`` runs a checkpoint, which
+        /// holds SQLite's checkpoint lock that a restart only tries once: hand the turn on,
+        /// then wait for that checkpoint (see ``runAfterTurn(_:on:thread:patience:)``); the next
+        /// commit restarts.
+        case awaitCheckpoint
 
-        /// Whether the writer hands its turn on after this commit (to checkpoint).
+        /// Whether the writer hands its turn on after this commit (to checkpoint, or to wait
+        /// for one).
         var handsTurnOn: Bool {
-            if case .checkpoint = self { return true }
-            return false
+            switch self {
+            case .checkpoint, .awaitCheckpoint: true
+            case .none, .restart: false
+            }
         }
     }
 
@@ -146,12 +155,21 @@ final class Checkpointer: Sendable {
         return .none
     }
 
-    /// Runs the checkpoint `plan` claimed, if it claimed one (after the turn was handed on): on
-    /// `thread` (waiting, `patience` at most, for an earlier one of this process that is not
-    /// finished), or in this call when the thread cannot.
-    func runClaimed(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
-        guard case .checkpoint(let claimed) = plan, !thread.submit(claimed: claimed, patience: patience) else { return }
-        checkpoint(db, claimed: claimed)
+    /// Does what `plan` leaves for after the turn was handed on: runs the checkpoint it claimed
+    /// on `thread` (waiting, `patience` at most, for an earlier one of this process that is not
+    /// finished), or in this call when the thread cannot; or waits, `patience` at most, for the
+    /// checkpoint `thread` runs, so that the next commit can restart the WAL.
+    func runAfterTurn(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
+        switch plan {
+        case .checkpoint(let claimed):
+            if !thread.submit(claimed: claimed, patience: patience) { checkpoint(db, claimed: claimed) }
+        case .awaitCheckpoint:
+            handOverTrace("ckpt.await")
+            thread.waitUntilIdle(patience: patience)
+            handOverTrace("ckpt.awaited")
+        case .none, .restart:
+            break
+        }
     }
 
     /// Called just before each claimed `PASSIVE` checkpoint, on the thread that runs it (tests

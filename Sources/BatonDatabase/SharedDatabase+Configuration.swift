@@ -19,7 +19,7 @@ extension SharedDatabase {
         public var checkpointPages: Int = 1000
         /// The size the WAL file is truncated to when it starts over after growing past it
         /// (`PRAGMA journal_size_limit`), which keeps it bounded after a large transaction. Keep it
-        /// above the WAL's peak, 3 × ``checkpointPages`` pages (see
+        /// above the WAL's usual peak, 3 × ``checkpointPages`` pages (see
         /// ``SharedDatabase`` on checkpoints): truncating the WAL every time only to grow it again
         /// costs writers about 5 %. Default 12 MiB.
         public var journalSizeLimit: Int = 12 << 20

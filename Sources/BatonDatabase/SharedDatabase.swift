@@ -415,7 +415,7 @@ public final class SharedDatabase: Sendable {
             return try pool.writeWithoutTransaction { db in
                 var plan = Checkpointer.Plan.none
                 let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
+                self.checkpointer.runAfterTurn(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
                 return done
             }
         } catch {
@@ -489,7 +489,7 @@ public final class SharedDatabase: Sendable {
                 try await pool.writeWithoutTransaction { db in
                     var plan = Checkpointer.Plan.none
                     try self.writeTransaction(db, fence: fence, cancelled: cancelled, plan: &plan, body)
-                    self.checkpointer.runClaimed(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
+                    self.checkpointer.runAfterTurn(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
                 }
             } onCancel: {
                 cancelled.set(true)
@@ -584,20 +584,21 @@ public final class SharedDatabase: Sendable {
     }
 
     /// After a commit, still holding the turn: what to do about checkpoints (see
-    /// ``Checkpointer``). A restart is run here; a checkpoint is run by the caller once the
-    /// turn is handed on.
+    /// ``Checkpointer``). A restart is run here; a checkpoint, or the wait for one, by the
+    /// caller once the turn is handed on.
     private func afterCommit(_ db: Database) -> Checkpointer.Plan {
         if interruption.isSet { return .none }
         let plan = checkpointer.plan()
         switch plan {
         case .restart:
             // A checkpoint of this process's thread holds SQLite's checkpoint lock, which a
-            // restart only tries once: wait for it first (in the turn: the writers that outpace
-            // the disk wait for it, as SQLite's own checkpoint in COMMIT makes them).
-            checkpointThread.waitUntilIdle(patience: configuration.busyTimeout)
-            if !interruption.isSet { checkpointer.restart(db, tryOnce: tryOnce) }
+            // restart only tries once: wait for it outside the turn, and restart next time.
+            if checkpointThread.isBusy { return .awaitCheckpoint }
+            handOverTrace("ckpt.restart")
+            checkpointer.restart(db, tryOnce: tryOnce)
+            handOverTrace("ckpt.restarted")
         case .none: boundWAL(db)
-        case .checkpoint: break
+        case .checkpoint, .awaitCheckpoint: break
         }
         return plan
     }
