@@ -29,8 +29,9 @@ import Synchronization
 /// - The bound: at ``restartCycles`` + 1 cycles the writer restarts whatever the tail, before it
 ///   claims anything. When its process's checkpoint thread runs a checkpoint then (which holds
 ///   SQLite's checkpoint lock), the writer hands its turn on and waits for that checkpoint
-///   outside the turn (``Plan/awaitCheckpoint``: the other processes' writers go on), and the
-///   next commit restarts. A disk slower than the writers (each checkpoint longer than a
+///   outside the turn, ``restartWaitLimit`` at most (``Plan/awaitCheckpoint``: the other
+///   processes' writers go on; a commit that finds it still running waits again), and the next
+///   commit restarts. A disk slower than the writers (each checkpoint longer than a
 ///   quarter cycle of commits) would otherwise have every restart find that lock taken, and the
 ///   WAL would grow for as long as the disk stays slow: 817 frames of 32-page cycles in a test
 ///   whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where now it peaks at 3
@@ -77,6 +78,13 @@ final class Checkpointer: Sendable {
     /// Checkpoint cycles between two restarts of the WAL (one restart per cycle would cost the
     /// writers twice the time in their turns; more cycles make the WAL longer).
     static let restartCycles: UInt32 = 2
+
+    /// How long a write call waits, at most, for its process's checkpoint at the WAL's bound
+    /// (``Plan/awaitCheckpoint``). A checkpoint takes about 4 ms on the disks here; one that
+    /// the disk stalls (56-272 ms seen with 4 writer processes) would otherwise stall that call
+    /// as long. Each commit at the bound waits again while the checkpoint runs, which holds the
+    /// process's writers to one commit per wait, and the WAL nearly still.
+    static let restartWaitLimit: Duration = .milliseconds(10)
 
     /// Frames in the WAL after the last commit of the writer connection (its WAL hook).
     private let frames = Atomic<Int>(0)
@@ -157,15 +165,15 @@ final class Checkpointer: Sendable {
 
     /// Does what `plan` leaves for after the turn was handed on: runs the checkpoint it claimed
     /// on `thread` (waiting, `patience` at most, for an earlier one of this process that is not
-    /// finished), or in this call when the thread cannot; or waits, `patience` at most, for the
-    /// checkpoint `thread` runs, so that the next commit can restart the WAL.
+    /// finished), or in this call when the thread cannot; or waits for the checkpoint `thread`
+    /// runs (``restartWaitLimit`` at most), so that the next commit can restart the WAL.
     func runAfterTurn(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
         switch plan {
         case .checkpoint(let claimed):
             if !thread.submit(claimed: claimed, patience: patience) { checkpoint(db, claimed: claimed) }
         case .awaitCheckpoint:
             handOverTrace("ckpt.await")
-            thread.waitUntilIdle(patience: patience)
+            thread.waitUntilIdle(patience: min(patience, Self.restartWaitLimit))
             handOverTrace("ckpt.awaited")
         case .none, .restart:
             break
