@@ -140,7 +140,7 @@ struct CheckpointTests {
         // Each sync of the checkpoint thread's connection takes 10 ms more, as on a disk busy
         // with other writes (CI's, where the WAL of the test above once reached 291 frames):
         // the writer fills a cycle faster than a checkpoint ends.
-        SlowSyncVFS.register(delayMicroseconds: 10_000)
+        try #require(SlowSyncVFS.register(delayMicroseconds: 10_000), "registering the slow-sync VFS")
         database.checkpointThread.vfs.withLock { $0 = SlowSyncVFS.name }
         var longestWAL = 0, longestCommit = 0, restarts = 0, lastFrames = database.checkpointer.walFrames
         for seq in 0..<400 {

@@ -32,11 +32,14 @@ enum SlowSyncVFS {
 
     private static let state = Mutex(State())
 
-    /// Registers the VFS once, with `delayMicroseconds` per sync.
-    static func register(delayMicroseconds: Int) {
+    /// Registers the VFS once, with `delayMicroseconds` per sync; `false` when SQLite has no
+    /// default VFS or refuses the registration.
+    @discardableResult
+    static func register(delayMicroseconds: Int) -> Bool {
         delay.store(delayMicroseconds, ordering: .relaxed)
-        state.withLock { state in
-            guard state.base == 0, let found = sqlite3_vfs_find(nil) else { return }
+        return state.withLock { state -> Bool in
+            if state.base != 0 { return true }
+            guard let found = sqlite3_vfs_find(nil) else { return false }
             state.base = Address(bitPattern: found)
             let vfs = UnsafeMutablePointer<sqlite3_vfs>.allocate(capacity: 1)
             vfs.initialize(to: found.pointee)
@@ -52,7 +55,9 @@ enum SlowSyncVFS {
                 }
                 return code
             }
-            precondition(sqlite3_vfs_register(vfs, 0) == SQLITE_OK)
+            let registered = sqlite3_vfs_register(vfs, 0) == SQLITE_OK
+            if !registered { state.base = 0 }
+            return registered
         }
     }
 
