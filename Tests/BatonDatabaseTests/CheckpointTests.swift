@@ -42,26 +42,10 @@ struct CheckpointTests {
         a.restartFailed()
         a.noteCommit(frames: 224)
         #expect(a.plan() == .none)
-        // Three cycles: restart whatever the tail (100 frames here).
+        // Three cycles: restart whatever the tail (100 frames here), before claiming anything: a
+        // disk slower than the writers makes long tails, and checkpoints that always run would
+        // keep every restart from SQLite's checkpoint lock.
         a.noteCommit(frames: 299)
-        #expect(a.plan() == .none)
-        a.noteCommit(frames: 300)
-        #expect(a.plan() == .restart)
-        // The WAL started over (B sees it first): the progress was about the old frames, and
-        // A's put-off restart too.
-        b.noteCommit(frames: 2)
-        #expect(b.plan() == .none)
-        #expect(queueA.progress == 0)
-        // Past three cycles, restart whatever the tail, before claiming anything: a disk slower
-        // than the writers makes long tails, and checkpoints that always run would keep every
-        // restart from SQLite's checkpoint lock.
-        a.noteCommit(frames: 100)
-        #expect(a.plan() == .checkpoint(claimed: 100))
-        a.finishCheckpoint(claimed: 100)
-        a.noteCommit(frames: 200)
-        #expect(a.plan() == .checkpoint(claimed: 200))
-        a.finishCheckpoint(claimed: 200)
-        a.noteCommit(frames: 290)
         #expect(a.plan() == .none)
         a.noteCommit(frames: 300)
         #expect(a.plan() == .restart)
@@ -73,8 +57,9 @@ struct CheckpointTests {
         #expect(a.plan() == .none)
         a.noteCommit(frames: 325)
         #expect(a.plan() == .restart)
-        // The WAL started over.
-        b.noteCommit(frames: 1)
+        // The WAL started over (B sees it first): the progress was about the old frames, and
+        // A's put-off restart too.
+        b.noteCommit(frames: 2)
         #expect(b.plan() == .none)
         #expect(queueA.progress == 0)
         // A checkpoint whose writer is slow, stopped or dead holds the others back for one
@@ -97,24 +82,8 @@ struct CheckpointTests {
     @Test("a lone writer hands its turn on before it checkpoints, and its WAL starts over again and again")
     func loneWriterCheckpointsOutsideItsTurn() async throws {
         let directory = try TemporaryContainer()
-        let path = directory.path + "/app.sqlite"
-        let container = try SharedContainer(path: directory.path)
-        var configuration = SharedDatabase.Configuration()
-        configuration.checkpointPages = 32
-        let database = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator(), configuration: configuration)
-        var handedOn = 0, longestWAL = 0, restarts = 0, lastFrames = 0
-        for seq in 0..<500 {
-            try await database.write { db in
-                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [seq])
-            }
-            // After a write the turn is kept for the next one, except after the write whose
-            // writer checkpointed: it handed the turn on first.
-            if database.writerQueue.holder != getpid() { handedOn += 1 }
-            let frames = database.checkpointer.walFrames
-            longestWAL = max(longestWAL, frames)
-            if frames < lastFrames { restarts += 1 }
-            lastFrames = frames
-        }
+        let database = try await Self.loneWriter(directory)
+        let (longestWAL, restarts, handedOn) = try await Self.writeRows(database, count: 500)
         #expect(handedOn >= 10, "checkpoints that handed the turn on: \(handedOn)")
         #expect(restarts >= 5, "WAL restarts: \(restarts)")
         // SQLite's automatic checkpoint is replaced, and a passive checkpoint with no other
@@ -124,7 +93,7 @@ struct CheckpointTests {
         // past a cycle while it syncs; from three cycles on each commit waits for it (10 ms at
         // most), and the first that finds it over starts the WAL over (73-98 frames in runs
         // here for 32-page cycles; 274-952 beside two processes that write and fsync 8 MB in a
-        // loop before that bound; about 1,000 if nothing started the WAL over). The test above
+        // loop before that bound; about 1,000 if nothing started the WAL over). The next test
         // makes every checkpoint slow.
         #expect(longestWAL <= 32 * 4, "longest WAL: \(longestWAL) frames")
         #expect(try await count(database) == 500)
@@ -133,36 +102,53 @@ struct CheckpointTests {
     @Test("a lone writer on a disk slower than its commits: at three cycles its commits wait for its checkpoint outside its turn and the WAL starts over, however long each checkpoint takes")
     func slowCheckpointsDoNotLetTheWALGrow() async throws {
         let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        var configuration = SharedDatabase.Configuration()
-        configuration.checkpointPages = 32
-        let database = try await SharedDatabase.open(at: directory.path + "/app.sqlite", container: container, migrator: TestSchema.migrator(), configuration: configuration)
+        let database = try await Self.loneWriter(directory)
         // Each sync of the checkpoint thread's connection takes 10 ms more, as on a disk busy
         // with other writes (CI's, where the WAL of the test above once reached 291 frames):
         // the writer fills a cycle faster than a checkpoint ends.
         try #require(SlowSyncVFS.register(delayMicroseconds: 10_000), "registering the slow-sync VFS")
         database.checkpointThread.vfs.withLock { $0 = SlowSyncVFS.name }
-        var longestWAL = 0, longestCommit = 0, restarts = 0, lastFrames = database.checkpointer.walFrames
-        for seq in 0..<400 {
-            try await database.write { db in
-                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [seq])
-            }
-            let frames = database.checkpointer.walFrames
-            longestWAL = max(longestWAL, frames)
-            if frames < lastFrames { restarts += 1 } else { longestCommit = max(longestCommit, frames - lastFrames) }
-            lastFrames = frames
-        }
+        let (longestWAL, restarts, _) = try await Self.writeRows(database, count: 400)
         let slowed = SlowSyncVFS.slowedSyncs.load(ordering: .relaxed)
-        print("slow checkpoints: longest WAL \(longestWAL) frames, \(restarts) restarts, longest commit \(longestCommit) frames, \(slowed) slowed syncs")
+        print("slow checkpoints: longest WAL \(longestWAL) frames, \(restarts) restarts, \(slowed) slowed syncs")
         #expect(slowed > 0, "no sync of the checkpoint thread was slowed down")
         // Before the bound, every restart found the checkpoint thread holding SQLite's
         // checkpoint lock, and the WAL grew to the 400 commits' whole length (817 frames).
         // Now each commit from three cycles on waits for that checkpoint (after its turn, 10 ms
         // at most), and the first that finds it over restarts: a checkpoint of two syncs of
-        // 10 ms and more lets a few commits past the bound (99-111 frames here), not hundreds.
+        // 10 ms and more lets a few commits past the bound (99-101 frames here), not hundreds.
         #expect(restarts >= 5, "WAL restarts: \(restarts)")
         #expect(longestWAL <= 32 * 5, "longest WAL: \(longestWAL) frames")
         #expect(try await count(database) == 400)
+    }
+
+    /// Opens a database whose checkpoints are claimed every 32 pages, for one writer (it holds
+    /// its container).
+    static func loneWriter(_ directory: TemporaryContainer) async throws -> SharedDatabase {
+        let container = try SharedContainer(path: directory.path)
+        var configuration = SharedDatabase.Configuration()
+        configuration.checkpointPages = 32
+        let database = try await SharedDatabase.open(at: directory.path + "/app.sqlite", container: container, migrator: TestSchema.migrator(), configuration: configuration)
+        return database
+    }
+
+    /// Writes `count` rows of writer 1, a write call each, following the WAL after each: its
+    /// longest length in frames, how many times it started over, and how many writes handed the
+    /// writer queue's turn on (after a write the turn is kept for the next one, except when its
+    /// writer checkpointed, or waited for a checkpoint: it handed the turn on first).
+    static func writeRows(_ database: SharedDatabase, count: Int) async throws -> (longestWAL: Int, restarts: Int, handedOn: Int) {
+        var longestWAL = 0, restarts = 0, handedOn = 0, lastFrames = database.checkpointer.walFrames
+        for seq in 0..<count {
+            try await database.write { db in
+                try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (1, ?)", arguments: [seq])
+            }
+            if database.writerQueue.holder != getpid() { handedOn += 1 }
+            let frames = database.checkpointer.walFrames
+            longestWAL = max(longestWAL, frames)
+            if frames < lastFrames { restarts += 1 }
+            lastFrames = frames
+        }
+        return (longestWAL, restarts, handedOn)
     }
 
     final class Started: Sendable {
