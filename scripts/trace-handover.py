@@ -115,32 +115,35 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     events, bench = load(sys.argv[1])
     if bench is None:
-        sys.exit("no bench.start in the traces: was the bench built with -Xswiftc -DBATON_TRACE and run with BATON_TRACE_DIR?")
+        sys.exit("no bench.start or roles.start in the traces: was the bench built with -Xswiftc -DBATON_TRACE and run with BATON_TRACE_DIR?")
     label_of = collections.defaultdict(lambda: "W")
     label_of[bench] = "B"
+
+    def workers(marks):
+        """The processes other than the bench that wrote an event `marks` accepts, in the order
+        of their first such event (their measurements ran in that order)."""
+        found = []
+        for _, pid, _, tag in events:
+            if pid != bench and marks(tag) and pid not in found:
+                found.append(pid)
+        return found
+
+    def name(names, index, worker):
+        return names[index] if index < len(names) else f"worker {worker}"
+
     if any(e[3] == "roles.start" for e in events):
         # The roles bench: its preempted worker is the process that saw the stop request.
-        all_rounds = spans(events, "roles.start", "roles.held", only=None)
-        workers = []
-        for _, pid, _, tag in events:
-            if tag == "roles.seen" and pid not in workers:
-                workers.append(pid)
+        all_rounds = spans(events, "roles.start", "roles.held")
         names = ["preemption to the grant (signal thread)", "preemption to the grant (global executor)"]
-        for index, worker in enumerate(workers):
+        for index, worker in enumerate(workers(lambda tag: tag == "roles.seen")):
             rounds = [r for r in all_rounds if any(e[1] == worker and e[3] == "roles.seen" for e in r)]
-            summarize(rounds[ROLES_WARM_UP:], names[index] if index < len(names) else f"worker {worker}")
+            summarize(rounds[ROLES_WARM_UP:], name(names, index, worker))
         sys.exit(0)
     all_rounds = spans(events, "bench.start", "bench.connected")
-    # The preempted workers (the processes other than the bench that ran a supervisor), in the
-    # order their measurements ran.
-    workers = []
-    for _, pid, _, tag in events:
-        if pid != bench and tag.startswith("sup.") and pid not in workers:
-            workers.append(pid)
+    # The preempted workers: the processes that ran a supervisor.
     names = ["preemption to connected (global executor)", "preemption to connected (signal thread)"]
     kinds = {"raw floor": spans(events, "floor.start", "floor.connected")}
-    for index, worker in enumerate(workers):
-        name = names[index] if index < len(names) else f"worker {worker}"
-        kinds[name] = [r for r in all_rounds if any(e[1] == worker for e in r)]
-    for name, rounds in sampled(kinds).items():
-        summarize(rounds, name)
+    for index, worker in enumerate(workers(lambda tag: tag.startswith("sup."))):
+        kinds[name(names, index, worker)] = [r for r in all_rounds if any(e[1] == worker for e in r)]
+    for kind, rounds in sampled(kinds).items():
+        summarize(rounds, kind)
