@@ -22,6 +22,11 @@ The raw floor's hand-overs (`floor.start` to `floor.connected`) are summed up th
 Traces of `baton bench roles` (its process wrote `roles.start`) give its preemptions instead,
 from `roles.start` (main calls acquire) to `roles.held`, for each preempted worker (signal
 thread, then global executor), its first 40 rounds (the bench's warm-up) left out.
+
+Both end with the watches of a held arbiter lock (RoleDirectory.withArbiterSoon), and with
+`--slowest N` each summary also lays out its N slowest hand-overs event by event:
+
+    python3 scripts/trace-handover.py --slowest 3 "$BATON_TRACE_DIR"
 """
 import collections
 import glob
@@ -108,9 +113,43 @@ def summarize(rounds, label):
         print(f"  {median:7.1f}  +{median - previous:6.1f}  {who}  {tag}{suffix}")
         previous = median
     print()
+    for r in sorted(rounds, key=lambda r: r[-1][0] - r[0][0])[len(rounds) - SLOWEST:] if SLOWEST else []:
+        print(f"  a slow one: {(r[-1][0] - r[0][0]) / 1000:.1f} µs")
+        previous = r[0][0]
+        for ns, pid, thread, tag in r:
+            print(f"    {(ns - r[0][0]) / 1000:9.1f}  +{(ns - previous) / 1000:8.1f}  {label_of[pid]}  {thread % 100000:5d}  {tag}")
+            previous = ns
+        print()
 
+
+def arbiter_watches(events):
+    """How long each watch of a held arbiter lock lasted (`arbiter.watch` to `arbiter.watched`,
+    one thread), and each wait on a thread of its own that followed (to `arbiter.waited`)."""
+    started, watched, watches, waits = {}, {}, [], []
+    for ns, pid, thread, tag in events:
+        if tag == "arbiter.watch":
+            started[(pid, thread)] = ns
+        elif tag == "arbiter.watched" and (pid, thread) in started:
+            watches.append((ns - started.pop((pid, thread))) / 1000)
+            watched[pid] = ns
+        elif tag == "arbiter.waited" and pid in watched:
+            waits.append((ns - watched.pop(pid)) / 1000)
+    if watches:
+        watches.sort()
+        print(f"arbiter watches (every process, warm-up included): {len(watches)}, median {statistics.median(watches):.1f} µs, "
+              f"longest {watches[-1]:.1f} µs, over 200 µs: {sum(1 for w in watches if w > 200)}")
+    if waits:
+        print(f"  then waits on a thread of its own: {len(waits)}, µs: {', '.join(f'{w:.1f}' for w in sorted(waits))}")
+
+
+# With --slowest N: each summary also lays out its N slowest hand-overs, event by event (the
+# thread column: the recording thread's id, last five digits).
+SLOWEST = 0
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--slowest":
+        SLOWEST = int(sys.argv[2])
+        del sys.argv[1:3]
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     events, bench = load(sys.argv[1])
@@ -138,6 +177,7 @@ if __name__ == "__main__":
         for index, worker in enumerate(workers(lambda tag: tag == "roles.seen")):
             rounds = [r for r in all_rounds if any(e[1] == worker and e[3] == "roles.seen" for e in r)]
             summarize(rounds[ROLES_WARM_UP:], name(names, index, worker))
+        arbiter_watches(events)
         sys.exit(0)
     all_rounds = spans(events, "bench.start", "bench.connected")
     # The preempted workers: the processes that ran a supervisor.
@@ -147,3 +187,4 @@ if __name__ == "__main__":
         kinds[name(names, index, worker)] = [r for r in all_rounds if any(e[1] == worker for e in r)]
     for kind, rounds in sampled(kinds).items():
         summarize(rounds, kind)
+    arbiter_watches(events)

@@ -472,36 +472,71 @@ struct RoleTests {
         #expect(epochs[0] == 2)
     }
 
-    @Test func aBrieflyHeldArbiterIsTakenWithoutAWaitingThread() async throws {
+    @Test func aReleasedArbiterRingsItsWatcherAwake() async throws {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()
         _ = try role.status()
         let directory = role.core.directory
-        // The watch's bound (100 µs) made long, so that the release below comes within it however
-        // slowly this runner schedules the test; the step itself is the same.
-        directory.arbiterSpinNanoseconds.store(Duration.seconds(30).nanoseconds, ordering: .relaxed)
-        // Another open file description holds the arbiter, as another process's transition does.
-        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDWR | O_CLOEXEC)
-        #expect(flock(arbiter, LOCK_EX) == 0)
-        defer { close(arbiter) }
+        // The watch's bound (100 µs) made long: the watcher below sleeps on the bell until the
+        // release rings it, however slowly this runner schedules the test, and a release that
+        // failed to wake it would leave it asleep past the test's patience.
+        directory.arbiterWatchNanoseconds.store(Duration.seconds(30).nanoseconds, ordering: .relaxed)
+        // Another process's transition, as the test plays it: an open file description and a
+        // mapping of arbiter.lock of its own (a wake-up must reach another mapping of the file,
+        // as it reaches another process).
+        let other = try ArbiterBell(SharedContainer(path: dir.path), relativePath: "roles/core/arbiter.lock")
+        #expect(flock(other.fd, LOCK_EX) == 0)
         let watches = directory.arbiterWatches.load(ordering: .relaxed)
         let waits = directory.arbiterWaits.load(ordering: .relaxed)
         let read = Task { try await onOwnThread { try role.status() } }
-        try await eventually("the status read found the arbiter held") { directory.arbiterWatches.load(ordering: .relaxed) > watches }
-        #expect(flock(arbiter, LOCK_UN) == 0)
+        try await eventually("the status read watches the bell") { other.watcherCount == 1 }
+        #expect(directory.arbiterWatches.load(ordering: .relaxed) == watches + 1)
+        // Past its spin (20 µs): asleep in the kernel on the bell's word.
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(flock(other.fd, LOCK_UN) == 0)
+        other.ring()
         let status = try await within(20, "the status read after the arbiter's release") { try await read.value }
         #expect(status.holder == nil)
         // It took the lock when it came free, without opening a descriptor and starting a thread
         // to wait for it (`ArbiterWait`), and without handing the result back from there.
         #expect(directory.arbiterWaits.load(ordering: .relaxed) == waits, "the read waited for the arbiter on a thread of its own")
-        // With the default bound, a lock held past it is still waited for on a thread (as
-        // aStuckArbiterLockDoesNotOutliveTheDeadline checks end to end).
-        directory.arbiterSpinNanoseconds.store(RoleDirectory.arbiterSpin.nanoseconds, ordering: .relaxed)
-        #expect(flock(arbiter, LOCK_EX) == 0)
+        #expect(other.watcherCount == 0, "the watch did not uncount itself")
+        // A release that rings nothing (a holder killed in its transition, or a Baton older than
+        // the bell) is noticed at the bound: with the default one, the read then waits for the
+        // lock on a thread (as aStuckArbiterLockDoesNotOutliveTheDeadline checks end to end).
+        directory.arbiterWatchNanoseconds.store(RoleDirectory.arbiterWatch.nanoseconds, ordering: .relaxed)
+        #expect(flock(other.fd, LOCK_EX) == 0)
         let stuck = Task { try await onOwnThread { Result { try role.status() } } }
         try await eventually("the second read waits on a thread of its own") { directory.arbiterWaits.load(ordering: .relaxed) > waits }
-        #expect(flock(arbiter, LOCK_UN) == 0)
+        #expect(flock(other.fd, LOCK_UN) == 0)
         _ = try await within(20, "the second status read") { try await stuck.value }.get()
+        #expect(other.watcherCount == 0)
+    }
+
+    @Test func everyReleaseOfTheArbiterMovesItsBell() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        _ = try role.status()
+        let bell = role.core.directory.bell
+        // Every release of the lock moves the word, by any descriptor (reads and transitions).
+        let before = bell.releaseCount()
+        _ = try role.status()
+        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
+        await lease.release()
+        #expect(bell.releaseCount() &- before >= 3)
+        #expect(bell.watcherCount == 0)
+        // The lock file keeps the bell's 64 bytes, and a lock file of a Baton older than the
+        // bell (empty) is extended when a role opens it.
+        let path = dir.path + "/.baton/roles/core/arbiter.lock"
+        #expect((try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) == ArbiterBell.size)
+        let old = try TemporaryContainer()
+        try FileManager.default.createDirectory(atPath: old.path + "/.baton/roles/core", withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: old.path + "/.baton/roles/core/arbiter.lock", contents: Data()))
+        let oldRole = try SharedContainer(path: old.path).role()
+        let oldLease = try await oldRole.acquire(priority: .main, deadline: .after(.seconds(5)))
+        #expect(oldLease.epoch == 1)
+        await oldLease.release()
+        #expect((try FileManager.default.attributesOfItem(atPath: old.path + "/.baton/roles/core/arbiter.lock")[.size] as? Int) == ArbiterBell.size)
     }
 
     @Test func waitsForAStuckArbiterKeepTheirOwnBoundsInOneProcess() async throws {

@@ -37,8 +37,8 @@ final class ArbiterWait: Sendable {
     private let finished = EventCounter()
 
     /// Starts waiting for `operation` (`LOCK_EX` or `LOCK_SH`) on `descriptor`, opened for this
-    /// wait alone.
-    init(_ descriptor: consuming FileDescriptor, operation: Int32) {
+    /// wait alone; `bell` is rung when an abandoned wait lets go of the lock it got too late.
+    init(_ descriptor: consuming FileDescriptor, operation: Int32, bell: ArbiterBell) {
         // Borrowed by the thread: nobody closes the descriptor while its `flock` may block (an
         // abandoned wait leaves it to the thread).
         let fd = descriptor.rawValue
@@ -61,6 +61,8 @@ final class ArbiterWait: Sendable {
                 }
             }
             release?.unlockAndClose()
+            // An abandoned wait that got the lock has just let go of it: watchers may wait.
+            if !decided, case .success = result { bell.ring() }
             if decided {
                 granted.signal()
                 finished.notify()

@@ -31,7 +31,6 @@ final class RoleDirectory: Sendable {
     private struct Descriptors: ~Copyable, @unchecked Sendable {
         // @unchecked: the mapping is only touched while holding the `descriptors` mutex (and,
         // across processes, the arbiter lock).
-        let arbiter: FileDescriptor
         /// The record, mapped: writing through the mapping neither allocates nor updates the
         /// file's times on every change, so no transition waits for the file system's journal.
         var record: MappedFile
@@ -40,21 +39,22 @@ final class RoleDirectory: Sendable {
         var epochFloorChecked = false
     }
 
-    // The arbiter descriptor and the record's mapping; holding this mutex is the in-process
-    // half of the arbiter lock.
+    // The record's mapping; holding this mutex is the in-process half of the arbiter lock.
     private let descriptors: Mutex<Descriptors>
+    /// `arbiter.lock`: its descriptor is the arbiter lock's (taken under `descriptors`), its
+    /// first words the lock's release bell.
+    let bell: ArbiterBell
 
     init(container: SharedContainer, name: String) throws {
         try container.makeDirectory("roles")
         let path = "roles/" + name
         try container.makeDirectory(path)
-        let arbiter = try container.openDescriptor(path + "/arbiter.lock", flags: O_RDWR | O_CREAT)
+        bell = try ArbiterBell(container, relativePath: path + "/arbiter.lock")
         let record = try MappedFile(container, relativePath: path + "/record", minimumSize: RoleRecord.fileSize)
         self.container = container
         self.name = name
         self.path = path
-        // `descriptors` owns the arbiter's descriptor from here (closed when this object goes).
-        self.descriptors = Mutex(Descriptors(arbiter: arbiter, record: record))
+        self.descriptors = Mutex(Descriptors(record: record))
     }
 
     // MARK: Arbiter
@@ -88,6 +88,7 @@ final class RoleDirectory: Sendable {
     func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> R {
         if let done = try withArbiterSoon(LOCK_EX, { try transact(&$0, body) }) { return done }
         let held = try await arbiterWait(LOCK_EX).value(until: deadline)
+        handOverTrace("arbiter.waited")
         return try withWaitedArbiter(held) { try transact(&$0, body) }
     }
 
@@ -142,34 +143,60 @@ final class RoleDirectory: Sendable {
     ///
     /// A transition holds the lock for 5-25 µs, and two processes meet there at every
     /// hand-over: the preempted holder asks again for the role (queueing as a waiter) just as
-    /// the process it released to takes it. Retrying on the processor (yielding it after each
-    /// try, so a holder that shares it runs) takes the lock within the other's transition; the
-    /// wait on a thread costs an `open`, a thread's start and a hand-back to the caller's
-    /// executor, about as long as this bound, which is why it is the bound: a holder that is
-    /// slower than that (stopped, preempted) is waited for as before, having cost at most twice
-    /// what waiting at once would have.
-    static let arbiterSpin: Duration = .microseconds(100)
+    /// the process it released to takes it. The watch (``ArbiterBell``) takes the lock as soon
+    /// as the other's transition lets go; the wait on a thread costs an `open`, a thread's start
+    /// and a hand-back to the caller's executor, about as long as this bound, which is why it is
+    /// the bound: a holder that is slower than that (stopped, preempted) is waited for as
+    /// before, having cost at most twice what waiting at once would have. The calling thread is
+    /// busy for ``arbiterSpin`` at most and asleep in the kernel for the rest.
+    static let arbiterWatch: Duration = .microseconds(100)
 
-    /// This directory's bound on watching a held arbiter (``arbiterSpin``; tests lengthen it).
-    let arbiterSpinNanoseconds = Atomic<Int64>(arbiterSpin.nanoseconds)
+    /// How long a watch stays on the processor, watching the bell's word without a system call,
+    /// before it sleeps on the word: long enough for a transition running on another processor
+    /// to end, short enough that a holder waiting for this very processor is not kept from it
+    /// for long.
+    ///
+    /// The watch never yields the processor (`sched_yield`), which it did before the bell: a
+    /// yield hands it to any runnable thread, and a CPU-bound one keeps it for its whole time
+    /// slice. On Linux 6.18 (EEVDF moves a yielding task's virtual runtime past its deadline),
+    /// 12 of the 29 watches in a loaded `baton bench lifecycle` lasted 1.1-4.8 ms against the
+    /// 100 µs bound, one hand-over in 30. Spinning without the yield kept every watch within
+    /// 101-110 µs under load, but idle, where the yield had let a holder that shared the
+    /// processor finish, 3-24 watches per run ran out and waited on a thread (idle p99 of
+    /// preemption to connected 463-694 µs against 286-429 µs with the yield, three alternated
+    /// runs each); sleeping on the bell lets that holder run without handing the processor to
+    /// anyone else for longer than the holder needs. With the bell, in two loaded and two idle
+    /// traced runs, 2 of 392 watches lasted over 200 µs (329 µs, and 2.2 ms loaded: a watcher
+    /// that, woken, waited for a processor), and none waited on a thread.
+    static let arbiterSpin: Duration = .microseconds(20)
+
+    /// This directory's bound on watching a held arbiter (``arbiterWatch``; tests lengthen it).
+    let arbiterWatchNanoseconds = Atomic<Int64>(arbiterWatch.nanoseconds)
     /// How many transitions and reads of this process found the arbiter held and watched it
     /// (for tests).
     let arbiterWatches = Atomic<Int>(0)
     /// How many of them then waited for it on a thread of their own (for tests).
     let arbiterWaits = Atomic<Int>(0)
 
-    /// Runs `body` under the mutex once the arbiter lock is free, trying again on the processor
-    /// for ``arbiterSpinNanoseconds`` at most; `nil` when another process still holds it then
-    /// (the caller waits with ``arbiterWait(_:)``).
+    /// Runs `body` under the mutex once the arbiter lock is free, watching its bell
+    /// (``ArbiterBell``) for ``arbiterWatchNanoseconds`` at most; `nil` when another process
+    /// still holds it then (the caller waits with ``arbiterWait(_:)``).
     private func withArbiterSoon<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
         if let done = try withFreeArbiter(operation, body) { return done }
         arbiterWatches.add(1, ordering: .relaxed)
+        handOverTrace("arbiter.watch")
+        defer { handOverTrace("arbiter.watched") }
         let start = baton_monotonic_ns()
-        let bound = UInt64(max(0, arbiterSpinNanoseconds.load(ordering: .relaxed)))
-        while baton_monotonic_ns() &- start < bound {
-            for _ in 0..<32 { baton_cpu_relax() }
-            baton_yield_processor()
+        let end = start &+ UInt64(max(0, arbiterWatchNanoseconds.load(ordering: .relaxed)))
+        let spinEnd = min(end, start &+ UInt64(Self.arbiterSpin.nanoseconds))
+        bell.beginWatch()
+        defer { bell.endWatch() }
+        while true {
+            // Read before the try: a release after it moves the word, and rings this watcher awake.
+            let seen = bell.releaseCount()
             if let done = try withFreeArbiter(operation, body) { return done }
+            guard baton_monotonic_ns() < end else { break }
+            bell.wait(after: seen, spinningUntil: spinEnd, until: end)
         }
         arbiterWaits.add(1, ordering: .relaxed)
         return nil
@@ -179,15 +206,18 @@ final class RoleDirectory: Sendable {
     /// holds it.
     private func withFreeArbiter<R>(_ operation: Int32, _ body: (inout Descriptors) throws -> R) throws -> R? {
         try descriptors.withLock { descriptors -> R? in
-            guard try Sys.tryFlock(descriptors.arbiter.rawValue, operation).get("locking the arbiter of role \(name)") else { return nil }
-            defer { _ = Sys.flock(descriptors.arbiter.rawValue, LOCK_UN) }
+            guard try Sys.tryFlock(bell.fd, operation).get("locking the arbiter of role \(name)") else { return nil }
+            defer {
+                _ = Sys.flock(bell.fd, LOCK_UN)
+                bell.ring()
+            }
             return try body(&descriptors)
         }
     }
 
     /// Starts waiting for the arbiter lock on a descriptor of its own.
     private func arbiterWait(_ operation: Int32) throws -> ArbiterWait {
-        ArbiterWait(try container.openDescriptor(path + "/arbiter.lock", flags: O_RDONLY), operation: operation)
+        ArbiterWait(try container.openDescriptor(path + "/arbiter.lock", flags: O_RDONLY), operation: operation, bell: bell)
     }
 
     /// Runs `body` under the mutex with the arbiter lock held through `held` (from
@@ -198,6 +228,7 @@ final class RoleDirectory: Sendable {
         }
         let result = Result { try descriptors.withLock { try body(&$0) } }
         held.unlockAndClose()
+        bell.ring()
         return try result.get()
     }
 

@@ -83,11 +83,6 @@ static inline void baton_cpu_relax(void) {
 #endif
 }
 
-/// Offers the processor to any other runnable thread, returning at once when there is none.
-/// POSIX `sched_yield`, the same call on both kernels (Apple: libpthread's `<sched.h>`, in the
-/// SDK as usr/include/sched.h: `extern int sched_yield(void);`).
-static inline void baton_yield_processor(void) { (void)sched_yield(); }
-
 // Atomics on memory mapped from a file shared with other processes.
 static inline uint32_t baton_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static inline void baton_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
