@@ -113,7 +113,9 @@ def summarize(rounds, label):
         print(f"  {median:7.1f}  +{median - previous:6.1f}  {who}  {tag}{suffix}")
         previous = median
     print()
-    for r in sorted(rounds, key=lambda r: r[-1][0] - r[0][0])[len(rounds) - SLOWEST:] if SLOWEST else []:
+    if not SLOWEST:
+        return
+    for r in sorted(rounds, key=lambda r: r[-1][0] - r[0][0])[-SLOWEST:]:
         print(f"  a slow one: {(r[-1][0] - r[0][0]) / 1000:.1f} µs")
         previous = r[0][0]
         for ns, pid, thread, tag in r:
