@@ -59,6 +59,8 @@ final class CheckpointThread: @unchecked Sendable {
         var finished: UInt64 = 0
         /// Whether the thread is started (it stays until ``stop()``).
         var started = false
+        /// Whether the thread has ended, its connection closed.
+        var exited = false
         /// Whether a checkpoint runs on the connection now.
         var running = false
         var stopped = false
@@ -182,17 +184,45 @@ final class CheckpointThread: @unchecked Sendable {
         if let connection { sqlite3_close_v2(connection.handle) }
     }
 
-    /// Ends the thread after the checkpoint it runs, if any; claims not started are dropped
-    /// (each expires: ``Checkpointer/plan()``).
+    /// Ends the thread after the checkpoint it runs, if any, and returns once the thread has
+    /// closed its connection; claims not started are dropped (each expires:
+    /// ``Checkpointer/plan()``).
+    ///
+    /// It waits (in the kernel) for the running checkpoint, as a `COMMIT` that checkpoints
+    /// waits for the disk, so that a database that is gone leaves no connection behind: one
+    /// that closed later would keep the files open after their owner let go of them (the
+    /// database bench's temporary directories were left half removed), and would checkpoint
+    /// and close files that a new database at the same path may have taken over. Called on the
+    /// thread itself (the database's last reference dropped by one of its hooks), it returns at
+    /// once: the thread closes the connection as it ends.
     func stop() {
-        state.withLock { $0.stopped = true }
+        let waits = state.withLock { state -> Bool in
+            state.stopped = true
+            return state.started && !isCurrentThread
+        }
         baton_add32(word, 1)
         AddressWait.wakeOne(word)
         baton_add32(progress, 1)
         AddressWait.wakeAll(progress)
+        guard waits else { return }
+        while true {
+            let seen = baton_load32(progress)
+            if state.withLock({ $0.exited }) { return }
+            _ = AddressWait.wait(on: progress, expecting: seen, timeoutNanoseconds: -1)
+        }
+    }
+
+    /// Whether the calling thread is this object's thread (its context is set in ``run()``).
+    private var isCurrentThread: Bool {
+        baton_thread_context() == UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque())
     }
 
     private func run() {
+        baton_set_thread_context(UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()))
+        defer {
+            end()
+            baton_set_thread_context(nil)
+        }
         while true {
             let seen = baton_load32(word)
             let next = state.withLock { state -> UInt32?? in
@@ -211,6 +241,19 @@ final class CheckpointThread: @unchecked Sendable {
                 _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: -1)
             }
         }
+    }
+
+    /// The thread's last step: closes its connection, then says it has ended (``stop()`` waits
+    /// for that).
+    private func end() {
+        let connection = state.withLock { state -> Connection? in
+            defer { state.connection = nil }
+            return state.connection
+        }
+        if let connection { sqlite3_close_v2(connection.handle) }
+        state.withLock { $0.exited = true }
+        baton_add32(progress, 1)
+        AddressWait.wakeAll(progress)
     }
 
     private func checkpoint(claimed: UInt32) {

@@ -327,6 +327,42 @@ struct CheckpointTests {
         #expect(integrity == "ok")
     }
 
+    @Test("a database released while its checkpoint runs returns once that checkpoint's connection is closed: a new database made at the same path keeps its WAL")
+    func releasedDatabaseLeavesNoConnectionOpen() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path + "/app.sqlite"
+        let (opened, container, gate, started) = try await Self.heldCheckpoints(directory)
+        defer { gate.open() }
+        try await Self.writeUntilStarted(1, opened, started: started)
+        var database: SharedDatabase? = consume opened
+        // The checkpoint thread holds its connection open in a checkpoint, which the disk (here
+        // the gate) ends 300 ms from now.
+        let ending = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            gate.open()
+        }
+        database = nil
+        #expect(database == nil)
+        // Before, the release returned at once and the thread closed its connection when the
+        // checkpoint ended: 3 descriptors of the database and 1 of its WAL were still open here.
+        #expect(openDescriptors(on: path) == 0, "a connection of the released database is still open")
+        #expect(openDescriptors(on: path + "-wal") == 0, "the released database's WAL is still open")
+        try await ending.value
+        #expect(!gate.openedByItself)
+        // An app that deletes its database once it let go of it and makes a new one at once:
+        // the new one's rows are all there for a connection opened by the path.
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        let fresh = try await SharedDatabase.open(at: path, container: container, migrator: TestSchema.migrator())
+        try await fresh.write { db in
+            for seq in 0..<10 { try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, ?)", arguments: [seq]) }
+        }
+        let other = try DatabaseQueue(path: path)
+        let rows = try await other.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE writer = 3") }
+        #expect(rows == 10)
+        try other.close()
+        withExtendedLifetime(fresh) {}
+    }
+
     @Test("4 writer processes whose checkpoints overlap their commits keep the WAL short")
     func overlappingCheckpointsKeepTheWALShort() async throws {
         let directory = try TemporaryContainer()

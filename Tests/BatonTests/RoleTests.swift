@@ -572,13 +572,6 @@ struct RoleTests {
         await lease.release()
     }
 
-    /// How many of this process's descriptors are open on `path` (from /proc/self/fd).
-    static func openDescriptors(on path: String) -> Int {
-        let target = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        return entries.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == target }.count
-    }
-
     @Test func abandonedArbiterWaitsLetGoOfTheirDescriptorsOnceTheHolderDoes() async throws {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()
@@ -588,18 +581,18 @@ struct RoleTests {
         let arbiter = open(path, O_RDWR | O_CLOEXEC)
         #expect(flock(arbiter, LOCK_EX) == 0)
         defer { close(arbiter) }
-        let baseline = Self.openDescriptors(on: path)
+        let baseline = openDescriptors(on: path)
         // Each acquisition gives up at its deadline, leaving its wait (a thread blocked in flock
         // on a descriptor of its own) to the holder's release.
         for _ in 0..<3 {
             await #expect(throws: BatonError.self) { _ = try await role.acquire(priority: .main, deadline: .after(.milliseconds(100))) }
         }
-        #expect(Self.openDescriptors(on: path) == baseline + 3)
+        #expect(openDescriptors(on: path) == baseline + 3)
         _ = flock(arbiter, LOCK_UN)
         // Each abandoned wait now gets the lock, lets it go and closes its descriptor, once.
         let begin = Date()
-        while Self.openDescriptors(on: path) > baseline, Date().timeIntervalSince(begin) < 20 { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(Self.openDescriptors(on: path) == baseline)
+        while openDescriptors(on: path) > baseline, Date().timeIntervalSince(begin) < 20 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(openDescriptors(on: path) == baseline)
         // None of them kept the lock: the role is acquired at once.
         let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
         #expect(Date().timeIntervalSince(begin) < 20)
