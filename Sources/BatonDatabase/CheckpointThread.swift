@@ -190,11 +190,11 @@ final class CheckpointThread: @unchecked Sendable {
     ///
     /// It waits (in the kernel) for the running checkpoint, as a `COMMIT` that checkpoints
     /// waits for the disk, so that a database that is gone leaves no connection behind: one
-    /// that closed later would keep the files open after their owner let go of them (the
-    /// database bench's temporary directories were left half removed), and would checkpoint
-    /// and close files that a new database at the same path may have taken over. Called on the
-    /// thread itself (the database's last reference dropped by one of its hooks), it returns at
-    /// once: the thread closes the connection as it ends.
+    /// that closed later kept the database's files open after their owner let go of them (a
+    /// released database still had 3 descriptors of its file and 1 of its WAL open, and the
+    /// database bench's temporary directories were left half removed). Called on the thread
+    /// itself (the database's last reference dropped by one of its hooks), it returns at once:
+    /// the thread closes the connection as it ends.
     func stop() {
         let waits = state.withLock { state -> Bool in
             state.stopped = true
