@@ -155,6 +155,8 @@ struct CommandLineProductTests {
         holder.signal(SIGTERM)
         waiter.signal(SIGTERM)
         presence.signal(SIGTERM)
+        // Gone before the container is removed (each deletes its own lock files on the way out).
+        for child in [holder, waiter, presence] { _ = try await child.wait() }
     }
 
     @Test("demo and simulate check --container and --timeline before spawning anything")
@@ -257,6 +259,8 @@ struct CommandLineProductTests {
         #expect(Self.snapshot(path) == before, "inspect changed the container")
         holder.signal(SIGTERM)
         presence.signal(SIGTERM)
+        // Gone before the container is removed (each deletes its own lock files on the way out).
+        for child in [holder, presence] { _ = try await child.wait() }
     }
 
     @Test("inspect reports damaged files, does not crash, and changes nothing")
