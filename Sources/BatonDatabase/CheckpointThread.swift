@@ -156,14 +156,30 @@ final class CheckpointThread: @unchecked Sendable {
     /// Sleeps until the thread has finished with the first `count` claims (or stopped), for
     /// `patience` at most.
     private func waitUntilFinished(_ count: UInt64, patience: Duration) {
-        let deadline = baton_monotonic_ns() &+ UInt64(clamping: patience.nanoseconds)
+        waitForProgress(deadline: baton_monotonic_ns() &+ UInt64(clamping: patience.nanoseconds)) { $0.finished >= count || $0.stopped }
+    }
+
+    /// Sleeps in the kernel on the progress word until `done` holds of the state, or until
+    /// `deadline` (monotonic nanoseconds; `nil`: no deadline).
+    private func waitForProgress(deadline: UInt64?, until done: (State) -> Bool) {
         while true {
             let seen = baton_load32(progress)
-            let done = state.withLock { $0.finished >= count || $0.stopped }
-            let now = baton_monotonic_ns()
-            if done || now >= deadline { return }
-            _ = AddressWait.wait(on: progress, expecting: seen, timeoutNanoseconds: Int64(clamping: deadline - now))
+            if state.withLock({ done($0) }) { return }
+            var timeout: Int64 = -1
+            if let deadline {
+                let now = baton_monotonic_ns()
+                guard now < deadline else { return }
+                timeout = Int64(clamping: deadline - now)
+            }
+            _ = AddressWait.wait(on: progress, expecting: seen, timeoutNanoseconds: timeout)
         }
+    }
+
+    /// Moves the progress word and wakes its sleepers: a claim finished, or the thread stopped
+    /// or ended.
+    private func announceProgress() {
+        baton_add32(progress, 1)
+        AddressWait.wakeAll(progress)
     }
 
     /// Interrupts the checkpoint that runs now, if one does (a suspension).
@@ -202,14 +218,8 @@ final class CheckpointThread: @unchecked Sendable {
         }
         baton_add32(word, 1)
         AddressWait.wakeOne(word)
-        baton_add32(progress, 1)
-        AddressWait.wakeAll(progress)
-        guard waits else { return }
-        while true {
-            let seen = baton_load32(progress)
-            if state.withLock({ $0.exited }) { return }
-            _ = AddressWait.wait(on: progress, expecting: seen, timeoutNanoseconds: -1)
-        }
+        announceProgress()
+        if waits { waitForProgress(deadline: nil) { $0.exited } }
     }
 
     /// Whether the calling thread is this object's thread (its context is set in ``run()``).
@@ -235,8 +245,7 @@ final class CheckpointThread: @unchecked Sendable {
             case .some(let claimed?):
                 checkpoint(claimed: claimed)
                 state.withLock { $0.finished += 1 }
-                baton_add32(progress, 1)
-                AddressWait.wakeAll(progress)
+                announceProgress()
             case .none:
                 _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: -1)
             }
@@ -252,8 +261,7 @@ final class CheckpointThread: @unchecked Sendable {
         }
         if let connection { sqlite3_close_v2(connection.handle) }
         state.withLock { $0.exited = true }
-        baton_add32(progress, 1)
-        AddressWait.wakeAll(progress)
+        announceProgress()
     }
 
     private func checkpoint(claimed: UInt32) {
