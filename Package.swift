@@ -153,7 +153,7 @@ let package = Package(
         ),
         .target(
             name: "BatonTestSupport",
-            dependencies: ["Baton", "BatonSimulator", "BatonFixtures", "BatonSpawn", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Baton", "BatonCommandSupport", "BatonSimulator", "BatonFixtures", "BatonSpawn", .product(name: "Logging", package: "swift-log")],
             path: "Tests/BatonTestSupport",
             swiftSettings: swiftSettings
         ),

@@ -16,7 +16,11 @@ package func makeTemporaryDirectory(prefix: String) throws -> String {
     return String(cString: result)
 }
 
-/// Removes `path` and everything under it, ignoring failures.
+/// Removes `path` and everything under it, ignoring failures. A removal that met a file going
+/// away (a child process deleting its own lock files on its way out: `removeItem` then stops at
+/// the first file it no longer finds, leaving the rest) is tried again, 5 times at most.
 package func removeTree(_ path: String) {
-    _ = try? FileManager.default.removeItem(atPath: path)
+    for _ in 0..<5 {
+        if (try? FileManager.default.removeItem(atPath: path)) != nil || !FileManager.default.fileExists(atPath: path) { return }
+    }
 }

@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandSupport
 import BatonSimulator
 import BatonSpawn
 import Foundation
@@ -202,14 +203,8 @@ package final class TemporaryContainer: Sendable {
         }
         path = String(cString: result)
     }
-    /// Removes the directory. A removal that met a file going away (a child process of the
-    /// test deleting its own lock files on its way out: `removeItem` then stops at the first
-    /// file it no longer finds, leaving the rest) is tried again, 5 times at most.
-    deinit {
-        for _ in 0..<5 {
-            if (try? FileManager.default.removeItem(atPath: path)) != nil || !FileManager.default.fileExists(atPath: path) { return }
-        }
-    }
+    /// Removes the directory (``removeTree(_:)``, which tries again when a file went away).
+    deinit { removeTree(path) }
 }
 
 /// Kernel file locks, read by the simulator's `/proc` reader (to the end of `/proc/locks`).
