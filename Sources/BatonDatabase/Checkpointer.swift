@@ -35,8 +35,9 @@ import Synchronization
 ///   quarter cycle of commits) would otherwise have every restart find that lock taken, and the
 ///   WAL would grow for as long as the disk stays slow: 817 frames of 32-page cycles in a test
 ///   whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where now it peaks at 3
-///   cycles and a few commits (99-101 frames in that test). A writer that claims a checkpoint while one of its process's is still
-///   running waits for that one too (``CheckpointThread/submit(claimed:patience:)``).
+///   cycles and a few commits (99-101 frames in that test). A writer that claims a checkpoint
+///   while one of its process's is still running waits for that one too
+///   (``CheckpointThread/submit(claimed:patience:)``).
 ///
 /// The restart tries SQLite's locks once: a reader of an old snapshot, or another process's
 /// checkpoint, makes it give up until the WAL has grown by another quarter of
