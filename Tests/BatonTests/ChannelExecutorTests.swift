@@ -60,6 +60,38 @@ struct ChannelExecutorTests {
         #expect(try await channel.receive(deadline: .after(.seconds(5))) == 5)
     }
 
+    @Test("a task queued on the executor while another task's wait sleeps on its thread runs at once, and the wait goes on")
+    func jobQueuedDuringAnInlineSleep() async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        // Unbounded: its receive sleeps until the deadline (a rendezvous wait goes round every
+        // 250 ms, which would free the thread anyway).
+        let channel = try SharedChannel<Int>(container, name: "executor-inline", capacity: .unbounded)
+        let before = ChannelExecutor.shared.waitsRegistered
+        let waiting = Task {
+            try await withTaskExecutorPreference(channel.executor) {
+                try await channel.receive(deadline: .after(.seconds(60)))
+            }
+        }
+        // The receive sleeps on the executor's thread (nothing else to run there).
+        let start = ContinuousClock.now
+        while ChannelExecutor.shared.waitsRegistered == before || channel.log.readable.sleeperCount == 0 {
+            try await Task.sleep(for: .milliseconds(5))
+            try #require(ContinuousClock.now - start < .seconds(20), "the receive never slept on the executor")
+        }
+        // Work queued on the executor from another thread must not wait for that receive.
+        let queued = ContinuousClock.now
+        let ran = try await withTaskExecutorPreference(channel.executor) { () async throws -> Bool in
+            ChannelExecutor.shared.isCurrentForTesting
+        }
+        #expect(ran)
+        #expect(ContinuousClock.now - queued < .seconds(10))
+        // The receive still waits, and gets the element another process sends.
+        let sent = try await runBaton(["channel", "send", "executor-inline", "7"], container: directory.path, timeout: 20)
+        #expect(sent.status == 0)
+        #expect(try await waiting.value == 7)
+    }
+
     @Test("two tasks on the executor wait at once (one on the thread, one through the doorbell): both get their element")
     func twoWaitsAtOnce() async throws {
         let directory = try TemporaryContainer()

@@ -133,7 +133,7 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// Waits until the word moves from `seen` (a ``snapshot()`` taken before the caller checked
     /// its condition), first spinning for a moment unless `spinning` is false (the caller spun).
     /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
-    func wait(after seen: UInt32, deadline: Deadline, spinning: Bool = true) async throws {
+    nonisolated(nonsending) func wait(after seen: UInt32, deadline: Deadline, spinning: Bool = true) async throws {
         try Task.checkCancellation()
         if let instant = deadline.instant, ContinuousClock.now >= instant {
             if snapshot() != seen { return }

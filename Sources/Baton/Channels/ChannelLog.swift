@@ -328,7 +328,7 @@ final class ChannelLog: @unchecked Sendable {
         defer { owners?.leave() }
         // Held for microseconds by a running process; a holder that is stopped (SIGSTOP, a
         // debugger) but alive is waited for at most `lockPatience`, never for ever.
-        guard let acquired = mutex.lock(as: token, tokens: owners, deadline: .now + Self.lockPatience, keepAlive: headerMemory) else {
+        guard let acquired = mutex.lock(as: token, tokens: owners, patience: Self.lockPatience, keepAlive: headerMemory) else {
             throw BatonError(.busy, "another process held the lock of the channel \(name) for more than \(Self.lockPatience); it may be stopped (SIGSTOP) inside an operation. Retry later.")
         }
         // Rings another holder owed when it unlocked and may not have made (it died, or it is

@@ -42,7 +42,7 @@ extension SharedChannel {
     /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
     /// waiter still waits. Every way the case completes now claims the waiter first and rings
     /// after, so the doorbell is read before that look.
-    private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until slice: Deadline) async throws {
+    nonisolated(nonsending) private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until slice: Deadline) async throws {
         guard !settled, log.waiters.isWaiting(waiter) else { return }
         let seen = doorbell.snapshot()
         guard !log.isClosed, log.waiters.isWaiting(waiter), !doorbell.spin(after: seen) else { return }
@@ -51,7 +51,7 @@ extension SharedChannel {
 
     /// ``receive(deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
     /// `.receive(from: self) { $0 }`, step for step.
-    func receiveRendezvous(deadline: Deadline) async throws -> Element? {
+    nonisolated(nonsending) func receiveRendezvous(deadline: Deadline) async throws -> Element? {
         let table = log.waiters
         var first = true
         while true {
@@ -97,7 +97,7 @@ extension SharedChannel {
 
     /// ``send(_:deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
     /// `.send(element, to: self) {}`, step for step.
-    func sendRendezvous(_ element: Element, deadline: Deadline) async throws {
+    nonisolated(nonsending) func sendRendezvous(_ element: Element, deadline: Deadline) async throws {
         let table = log.waiters
         var first = true
         while true {

@@ -122,7 +122,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == String)
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
-    public func send(_ element: Element, deadline: Deadline = .never) async throws {
+    nonisolated(nonsending) public func send(_ element: Element, deadline: Deadline = .never) async throws {
         switch capacity {
         case .unbounded:
             _ = try append(element, mode: .always)
@@ -197,7 +197,7 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == String)
     @_specialize(exported: true, where Element == [UInt8])
     @_specialize(exported: true, where Element == Data)
-    public func receive(deadline: Deadline = .never) async throws -> Element? {
+    nonisolated(nonsending) public func receive(deadline: Deadline = .never) async throws -> Element? {
         if capacity == .rendezvous {
             // A select of one case: registered under a claim word, so that a `trySend` hands it
             // an element only while it waits.

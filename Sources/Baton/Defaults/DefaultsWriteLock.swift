@@ -26,7 +26,7 @@ enum DefaultsWriteLock {
     static func lock(_ meta: DefaultsMeta, tokens: OwnerTokens, timeout: Duration, suite: String) throws -> (Acquired, token: UInt64) {
         let token = try tokens.enter()
         let mutex = SharedMutex(meta.lockMemory)
-        switch mutex.lock(as: token, tokens: tokens, deadline: .now + timeout, keepAlive: meta.file) {
+        switch mutex.lock(as: token, tokens: tokens, patience: timeout, keepAlive: meta.file) {
         case .clean?: return (.clean, token)
         case .ownerDied?: return (.ownerDied, token)
         case nil:

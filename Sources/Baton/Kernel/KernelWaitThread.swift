@@ -157,7 +157,7 @@ final class KernelWaitThread: @unchecked Sendable {
     /// uncounts it however it ends), until `deadline`, or until the task is cancelled.
     /// - Throws: The thread's timed-out error at the deadline; `CancellationError` when the task
     ///   is cancelled (or the thread was shut down).
-    func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
+    nonisolated(nonsending) func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
         let id = nextID.add(1, ordering: .relaxed).newValue
         let time = deadline.map(Self.time)
         try await withTaskCancellationHandler {

@@ -73,6 +73,14 @@ package struct SharedMutex: @unchecked Sendable {
         return lockSlowly(as: token, tokens: tokens, deadline: deadline, keepAlive: keepAlive)
     }
 
+    /// ``lock(as:tokens:deadline:keepAlive:)`` with a deadline `patience` after the first
+    /// attempt: the clock is read only when the mutex was not free at once (a free mutex, the
+    /// usual case, costs one compare-and-swap).
+    package func lock(as token: UInt64, tokens: OwnerTokens?, patience: Duration, keepAlive: some AnyObject & Sendable) -> Acquired? {
+        if baton_cas64(owner, 0, token) != 0 { return .clean }
+        return lock(as: token, tokens: tokens, deadline: .now + patience, keepAlive: keepAlive)
+    }
+
     private func lockSlowly(as token: UInt64, tokens: OwnerTokens?, deadline: ContinuousClock.Instant?, keepAlive: some AnyObject & Sendable) -> Acquired? {
         var patient = true
         var watch: (token: UInt64, subscription: FileEvents.Subscription?)?
