@@ -1,5 +1,6 @@
 import Baton
 import BatonCommandSupport
+import CBatonHarness
 import CBatonShims
 
 /// `baton bench channels`: cross-process throughput of each capacity mode and the rendezvous
@@ -67,6 +68,19 @@ enum ChannelsBench: BenchSuite {
             let (bestHandoff, handoffFloor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(handoffTrips[$0]!, p)) }.min { $0.1 < $1.1 }!
             results.append(BenchResult(name: "rendezvous_round_trip_vs_os_handoff_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "\(bestHandoff.rawValue)_handoff_round_trip_\(tag)_us", floor: handoffFloor))
         }
+        // On one processor: the bench and its worker pinned to the processor the bench runs on
+        // (a loaded machine often puts both sides of a conversation on one core; see notes).
+        if let single = try await oneProcessorRoundTrips(container: container, path: path, rounds: rounds / roundTripBlocks) {
+            for p in [50.0, 99.0] {
+                let tag = "p\(Int(p))"
+                let (best, floor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(single.os[$0]!, p)) }.min { $0.1 < $1.1 }!
+                results.append(BenchResult(name: "rendezvous_round_trip_one_processor_\(tag)_us", value: percentile(single.rendezvous, p), unit: "us", floorName: "\(best.rawValue)_round_trip_one_processor_\(tag)_us", floor: floor))
+                results.append(BenchResult(name: "buffered_round_trip_one_processor_\(tag)_us", value: percentile(single.buffered, p), unit: "us", floorName: "\(best.rawValue)_round_trip_one_processor_\(tag)_us", floor: floor))
+                for primitive in [OSPrimitive.posixMessageQueue, .unixSocket] {
+                    results.append(BenchResult(name: "\(primitive.rawValue)_round_trip_one_processor_\(tag)_us", value: percentile(single.os[primitive]!, p), unit: "us", floorName: "pipe_round_trip_one_processor_\(tag)_us", floor: percentile(single.os[.pipe]!, p)))
+                }
+            }
+        }
         // The OS primitives' own figures, each beside the pipe's.
         for primitive in [OSPrimitive.posixMessageQueue, .unixSocket] {
             let name = primitive.rawValue
@@ -83,12 +97,32 @@ enum ChannelsBench: BenchSuite {
             "os_primitives": "pipe: two pipes; posix_mq: two POSIX message queues (depth \(OSLink.queueDepth), priority 0); unix_socket: one connected AF_UNIX stream socket; each in its own worker process, measured in this run",
             "rendezvous_floor": "a rendezvous send returns only once a receiver took the element, so each element is a synchronous hand-off to the other process and back; a stream lets the writer run ahead and both sides batch in the kernel, which no rendezvous may do. The fair floors are the hand-offs (send one element, wait for a one-byte ack)",
             "rendezvous_round_trip_floor": "a rendezvous round trip is two synchronous hand-offs (each send returns once the peer took the element): 4 wake-ups when the processes sleep, where a queue's round trip has 2. Its like-for-like OS floor is the hand-off round trip (element, one-byte ack, element back, ack: the *_handoff_round_trip rows); the buffered round trip (bounded \(OSLink.queueDepth)) is the like-for-like of the queues' plain round trip",
+            "one_processor": "the round trips again with the bench and its worker pinned to one processor (every thread; a quarter of the rounds each, alternated as above; Linux only): a loaded machine often puts both sides of a conversation on one core, where a round trip costs the processor time of both sides, context switches included, whatever either's wake-up latency. The plain round trips mix both placements by chance, block by block; these rows measure the one-core placement alone",
             "targets": "throughput ratio >= 0.5 (rendezvous: against the hand-offs); round trip p50 and p99 <= 1.5x the faster of posix_mq and unix_socket (rendezvous: also against their hand-off round trip)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
     }
 
     // MARK: Floors
+
+    /// The round trips of the OS primitives and of both channel kinds with every thread of the
+    /// bench and of its workers on one processor (the one the bench runs on); `nil` where the
+    /// process cannot be pinned (not Linux).
+    private static func oneProcessorRoundTrips(container: SharedContainer, path: String, rounds: Int) async throws -> (os: [OSPrimitive: [Double]], rendezvous: [Double], buffered: [Double])? {
+        let processor = max(CurrentProcessor.hint, 1) - 1
+        guard baton_bench_pin_process(Int32(processor)) == 0 else {
+            _ = baton_bench_unpin_process()
+            return nil
+        }
+        defer { _ = baton_bench_unpin_process() }
+        var os: [OSPrimitive: [Double]] = [:]
+        for primitive in OSPrimitive.allCases {
+            os[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds)
+        }
+        let rendezvous = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .rendezvous)
+        let buffered = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .bounded(OSLink.queueDepth))
+        return (os, rendezvous, buffered)
+    }
 
     /// A worker at the other end of `primitive`, ready, and the bench's end of the link.
     private static func link(_ primitive: OSPrimitive, container: String, mode: String, extra: [String] = []) throws -> (WorkerProcess, OSLink) {

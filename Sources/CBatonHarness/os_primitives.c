@@ -1,3 +1,4 @@
+#define _GNU_SOURCE 1
 #include "CBatonHarness.h"
 
 #include <errno.h>
@@ -87,3 +88,45 @@ int baton_bench_unix_connect(const char *path) {
     }
     return fd;
 }
+
+// Processor affinity of the whole process (every thread), for the bench's one-processor round
+// trips: Linux's sched_setaffinity applies to one thread, so each thread in /proc/self/task is
+// set; threads and processes created meanwhile inherit the mask of their creator.
+#if defined(__linux__)
+#include <dirent.h>
+#include <sched.h>
+#include <stdlib.h>
+
+static int baton_bench_set_process_mask(const cpu_set_t *mask) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == NULL) return -1;
+    int failures = 0;
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        pid_t thread = (pid_t)strtol(entry->d_name, NULL, 10);
+        // A thread that ended since the listing is no failure.
+        if (sched_setaffinity(thread, sizeof *mask, mask) != 0 && errno != ESRCH) failures += 1;
+    }
+    closedir(tasks);
+    return failures == 0 ? 0 : -1;
+}
+
+int baton_bench_pin_process(int processor) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    CPU_SET(processor, &mask);
+    return baton_bench_set_process_mask(&mask);
+}
+
+int baton_bench_unpin_process(void) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    long count = sysconf(_SC_NPROCESSORS_CONF);
+    for (long index = 0; index < count && index < CPU_SETSIZE; index++) CPU_SET((int)index, &mask);
+    return baton_bench_set_process_mask(&mask);
+}
+#else
+int baton_bench_pin_process(int processor) { errno = ENOSYS; return -1; }
+int baton_bench_unpin_process(void) { errno = ENOSYS; return -1; }
+#endif
