@@ -100,19 +100,28 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// cannot run on this processor while the waiter spins there. (Two processes that share one
     /// processor, as on a loaded machine, would otherwise take turns wasting the spin budget.)
     func spin(after seen: UInt32) -> Bool {
-        Self.spin([(self, seen)])
+        // One doorbell (every wait but a select's): no array of one to allocate per wait.
+        Self.spin(budget: self, rangOnlyFrom: { baton_load32(self.ringer) == $0 }, moved: { self.snapshot() != seen })
     }
 
     /// ``spin(after:)`` over several doorbells at once (for `select`): `true` when any moved.
     /// The first doorbell's budget applies.
     static func spin(_ doorbells: [(doorbell: ChannelDoorbell, seen: UInt32)]) -> Bool {
-        func moved() -> Bool { doorbells.contains { $0.doorbell.snapshot() != $0.seen } }
         guard let first = doorbells.first?.doorbell else { return false }
+        return spin(budget: first,
+                    rangOnlyFrom: { here in doorbells.allSatisfy { baton_load32($0.doorbell.ringer) == here } },
+                    moved: { doorbells.contains { $0.doorbell.snapshot() != $0.seen } })
+    }
+
+    /// The spin of ``spin(after:)``: `moved` says whether a watched word moved, `rangOnlyFrom`
+    /// whether every watched doorbell last rang from the given processor (hint); `first` keeps
+    /// the budget.
+    private static func spin(budget first: ChannelDoorbell, rangOnlyFrom: (UInt32) -> Bool, moved: () -> Bool) -> Bool {
         // Rings this thread deferred go before it waits (see ``ChannelExecutor/deferRings``).
         ChannelExecutor.makeDeferredRings()
         if moved() { return true }
         let here = CurrentProcessor.hint
-        if here != 0, doorbells.allSatisfy({ baton_load32($0.doorbell.ringer) == here }) { return false }
+        if here != 0, rangOnlyFrom(here) { return false }
         let probe = first.spinCount.wrappingAdd(1, ordering: .relaxed).newValue % probeInterval == 0
         let budget = UInt64(probe ? maxSpin : first.spinBudget.load(ordering: .relaxed))
         let start = baton_monotonic_ns()

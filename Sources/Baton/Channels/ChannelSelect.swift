@@ -159,12 +159,24 @@ func selectTimedOut() -> BatonError {
 /// Returns how long the pass may sleep: with `slow` (a file channel's receive, or rendezvous
 /// case), it also looks again every 250 ms, for counterparts and takers that died.
 func startPass(_ first: inout Bool, armingLooks: Bool, slow: Bool, deadline: Deadline) throws -> Deadline {
+    try beginPass(&first, armingLooks: armingLooks, deadline: deadline)
+    return passSlice(slow: slow, deadline: deadline)
+}
+
+/// ``startPass(_:armingLooks:slow:deadline:)`` without the slice, for a caller that asks for it
+/// (``passSlice(slow:deadline:)``) only when it is about to sleep: most passes complete without
+/// a wait, and the slice costs a read of the clock.
+func beginPass(_ first: inout Bool, armingLooks: Bool, deadline: Deadline) throws {
     if !armingLooks || !first {
         try Task.checkCancellation()
         if deadline.hasPassed { throw selectTimedOut() }
     }
     first = false
-    return slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
+}
+
+/// How long a pass may sleep (see ``startPass(_:armingLooks:slow:deadline:)``).
+func passSlice(slow: Bool, deadline: Deadline) -> Deadline {
+    slow ? deadline.earliest(.after(.milliseconds(250))) : deadline
 }
 
 /// After a pass of a select (or of a rendezvous send or receive) that completed no case:

@@ -42,11 +42,11 @@ extension SharedChannel {
     /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
     /// waiter still waits. Every way the case completes now claims the waiter first and rings
     /// after, so the doorbell is read before that look.
-    nonisolated(nonsending) private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until slice: Deadline) async throws {
+    nonisolated(nonsending) private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until deadline: Deadline) async throws {
         guard !settled, log.waiters.isWaiting(waiter) else { return }
         let seen = doorbell.snapshot()
         guard !log.isClosed, log.waiters.isWaiting(waiter), !doorbell.spin(after: seen) else { return }
-        try await doorbell.wait(after: seen, deadline: slice, spinning: false)
+        try await doorbell.wait(after: seen, deadline: passSlice(slow: log.storage.isFile, deadline: deadline), spinning: false)
     }
 
     /// ``receive(deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
@@ -55,7 +55,7 @@ extension SharedChannel {
         let table = log.waiters
         var first = true
         while true {
-            let slice = try startPass(&first, armingLooks: true, slow: log.storage.isFile, deadline: deadline)
+            try beginPass(&first, armingLooks: true, deadline: deadline)
             let waiter = try table.begin()
             var fired: Element??
             var armed = false
@@ -67,7 +67,7 @@ extension SharedChannel {
                 case .ownClaimed: armed = true; settled = true
                 case .notReady: armed = true
                 }
-                try await waitForCounterpart(waiter, ringing: log.readable, settled: settled, until: slice)
+                try await waitForCounterpart(waiter, ringing: log.readable, settled: settled, until: deadline)
             } catch {
                 failure = error
             }
@@ -101,7 +101,7 @@ extension SharedChannel {
         let table = log.waiters
         var first = true
         while true {
-            let slice = try startPass(&first, armingLooks: true, slow: log.storage.isFile, deadline: deadline)
+            try beginPass(&first, armingLooks: true, deadline: deadline)
             let waiter = try table.begin()
             var fired = false
             var offer: UInt64? // the send id of the element offered under `waiter`
@@ -115,7 +115,7 @@ extension SharedChannel {
                 case .offered: offer = sendID
                 case .ownClaimed, .refused: settled = true
                 }
-                try await waitForCounterpart(waiter, ringing: log.writable, settled: settled, until: slice)
+                try await waitForCounterpart(waiter, ringing: log.writable, settled: settled, until: deadline)
             } catch {
                 failure = error
             }
