@@ -64,6 +64,10 @@ ROWS=[
 ('channels','rendezvous_round_trip_p99_us','{best}_round_trip_p99_us','rendezvous round trip, p99','faster of POSIX mq and Unix socket','≤ 1.5'),
 ('channels','rendezvous_round_trip_vs_os_handoff_p50_us','{best}_handoff_round_trip_p50_us','rendezvous round trip, p50','OS hand-off round trip (element, ack, element, ack)','like-for-like'),
 ('channels','rendezvous_round_trip_vs_os_handoff_p99_us','{best}_handoff_round_trip_p99_us','rendezvous round trip, p99','OS hand-off round trip (element, ack, element, ack)','like-for-like'),
+('channels','buffered_round_trip_one_processor_p50_us','{best}_round_trip_one_processor_p50_us','buffered round trip, both processes on one processor, p50','faster of POSIX mq and Unix socket, on one processor','diagnostic'),
+('channels','buffered_round_trip_one_processor_p99_us','{best}_round_trip_one_processor_p99_us','buffered round trip, both processes on one processor, p99','faster of POSIX mq and Unix socket, on one processor','diagnostic'),
+('channels','rendezvous_round_trip_one_processor_p50_us','{best}_round_trip_one_processor_p50_us','rendezvous round trip, both processes on one processor, p50','faster of POSIX mq and Unix socket, on one processor','diagnostic'),
+('channels','rendezvous_round_trip_one_processor_p99_us','{best}_round_trip_one_processor_p99_us','rendezvous round trip, both processes on one processor, p99','faster of POSIX mq and Unix socket, on one processor','diagnostic'),
 ('channels','throughput_unbounded_per_s','pipe_stream_per_s','throughput, unbounded','pipe stream','≥ 0.5'),
 ('channels','throughput_rendezvous_vs_os_handoff_per_s','{best}_handoff_per_s','throughput, rendezvous','OS hand-off (send, wait for ack)','≥ 0.5'),
 ('inbox','extension_start_to_stored_message_p50_ms','grdb_process_start_read_row_p50_ms','extension start to its stored message, p50','process start + GRDB read','—'),
@@ -117,7 +121,7 @@ elif mode == "ranges":
 elif mode == "count":
     import re
     for s,n,f,label,fl,t in ROWS:
-        if t in ('—',): continue
+        if t in ('—', 'diagnostic'): continue
         out=[]
         for c in ('idle','loaded'):
             rs=[find(load(s,i),c,n,f) for i in runs]
