@@ -114,6 +114,10 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
 
     /// Sends an element, waiting for a receiver (rendezvous) or for room (bounded).
     ///
+    /// Runs on the caller's executor until it waits (`nonisolated(nonsending)`): called from an
+    /// actor, the element is encoded and appended there, without a hop to the global executor
+    /// and back. A large `Codable` element is best sent from a task off the main actor.
+    ///
     /// - Parameters:
     ///   - element: The element.
     ///   - deadline: When to give up.
@@ -189,6 +193,9 @@ public final class SharedChannel<Element: Codable & Sendable>: Sendable {
     // MARK: Receiving
 
     /// Receives the next element, waiting for one.
+    ///
+    /// Runs on the caller's executor until it waits, and again once woken
+    /// (`nonisolated(nonsending)`): called from an actor, the element is decoded there.
     ///
     /// - Parameter deadline: When to give up.
     /// - Returns: The element, or `nil` once the channel is closed and drained.
