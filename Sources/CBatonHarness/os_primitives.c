@@ -112,7 +112,16 @@ static int baton_bench_set_process_mask(const cpu_set_t *mask) {
     return failures == 0 ? 0 : -1;
 }
 
+// The calling thread's mask before the first pin, put back by the unpin (a bench started under
+// `taskset` keeps its processors).
+static cpu_set_t baton_bench_saved_mask;
+static int baton_bench_mask_saved = 0;
+
 int baton_bench_pin_process(int processor) {
+    if (!baton_bench_mask_saved) {
+        if (sched_getaffinity(0, sizeof baton_bench_saved_mask, &baton_bench_saved_mask) != 0) return -1;
+        baton_bench_mask_saved = 1;
+    }
     cpu_set_t mask;
     CPU_ZERO(&mask);
     CPU_SET(processor, &mask);
@@ -120,11 +129,8 @@ int baton_bench_pin_process(int processor) {
 }
 
 int baton_bench_unpin_process(void) {
-    cpu_set_t mask;
-    CPU_ZERO(&mask);
-    long count = sysconf(_SC_NPROCESSORS_CONF);
-    for (long index = 0; index < count && index < CPU_SETSIZE; index++) CPU_SET((int)index, &mask);
-    return baton_bench_set_process_mask(&mask);
+    if (!baton_bench_mask_saved) return 0;
+    return baton_bench_set_process_mask(&baton_bench_saved_mask);
 }
 #else
 int baton_bench_pin_process(int processor) { errno = ENOSYS; return -1; }

@@ -221,10 +221,10 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     ///
     /// The thread would sleep on this very word once the task suspended; sleeping before it
     /// suspends saves the suspension and the resumption (a continuation, the job queued again, a
-    /// pass of the run loop), a fifth of the processor time of a conversation's turn (measured:
-    /// 6.9 µs a side per rendezvous round trip on one processor, 5.7 µs inline). A job queued
-    /// meanwhile from another thread ends the sleep (``enqueue(_:)`` wakes the word published in
-    /// `sleepingOn`), and so does a cancellation (``interruptInlineSleep()``).
+    /// pass of the run loop), about a sixth of the processor time of a conversation's turn
+    /// (measured: 6.9 µs a side per rendezvous round trip on one processor, 5.7 µs inline). A job
+    /// queued meanwhile from another thread ends the sleep (``enqueue(_:)`` wakes the word
+    /// published in `sleepingOn`), and so does a cancellation (``interruptInlineSleep()``).
     private func sleepInline(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
         // What this task rang goes first: it is what the peer answers.
         if !deferred.isEmpty { ringDeferred() }

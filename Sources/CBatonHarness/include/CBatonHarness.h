@@ -56,7 +56,8 @@ int baton_bench_unix_connect(const char *path);
 /// Puts every thread of this process on `processor` alone (Linux; -1 with ENOSYS elsewhere).
 /// Threads and child processes created meanwhile inherit it.
 int baton_bench_pin_process(int processor);
-/// Lets every thread of this process run on every processor again.
+/// Puts every thread of this process back on the processors the calling thread had before the
+/// first pin.
 int baton_bench_unpin_process(void);
 
 #endif
