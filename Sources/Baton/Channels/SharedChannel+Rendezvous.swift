@@ -42,6 +42,7 @@ extension SharedChannel {
     /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
     /// waiter still waits. Every way the case completes now claims the waiter first and rings
     /// after, so the doorbell is read before that look.
+    @inline(__always)
     nonisolated(nonsending) private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until deadline: Deadline) async throws {
         guard !settled, log.waiters.isWaiting(waiter) else { return }
         let seen = doorbell.snapshot()
@@ -51,6 +52,7 @@ extension SharedChannel {
 
     /// ``receive(deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
     /// `.receive(from: self) { $0 }`, step for step.
+    @inline(__always)
     nonisolated(nonsending) func receiveRendezvous(deadline: Deadline) async throws -> Element? {
         let table = log.waiters
         var first = true
@@ -97,6 +99,7 @@ extension SharedChannel {
 
     /// ``send(_:deadline:)`` on a rendezvous channel: ``select(_:deadline:)`` of the one case
     /// `.send(element, to: self) {}`, step for step.
+    @inline(__always)
     nonisolated(nonsending) func sendRendezvous(_ element: Element, deadline: Deadline) async throws {
         let table = log.waiters
         var first = true
