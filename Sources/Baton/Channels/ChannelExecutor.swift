@@ -95,13 +95,16 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
         if onThread { return }
         baton_add32(privateWord, 1)
         AddressWait.wakeAll(privateWord)
-        if let sleepingOn {
-            // A step of 1 is not a ring (see ``ChannelDoorbell``): it only ends the sleep, here and
-            // (spuriously, harmlessly) in any other process's thread sleeping on the same word.
-            withExtendedLifetime(sleepingOn.keepAlive) {
-                baton_add32(sleepingOn.word, 1)
-                AddressWait.wakeAll(sleepingOn.word)
-            }
+        if let sleepingOn { Self.nudge(sleepingOn) }
+    }
+
+    /// Ends the thread's sleep on the shared word it sleeps on (or is about to): a step of 1 is
+    /// not a ring (see ``ChannelDoorbell``), it only ends the sleep, here and (spuriously,
+    /// harmlessly) in any other process's thread sleeping on the same word.
+    private static func nudge(_ sleepingOn: (word: UnsafeMutablePointer<UInt32>, keepAlive: AnyObject)) {
+        withExtendedLifetime(sleepingOn.keepAlive) {
+            baton_add32(sleepingOn.word, 1)
+            AddressWait.wakeAll(sleepingOn.word)
         }
     }
 
@@ -248,13 +251,9 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
         return doorbell.snapshot() != seen
     }
 
-    /// Ends an inline sleep (its task was cancelled): a step of 1 on the word is not a ring.
+    /// Ends an inline sleep (its task was cancelled).
     private func interruptInlineSleep() {
-        guard let sleepingOn = state.withLock({ $0.sleepingOn }) else { return }
-        withExtendedLifetime(sleepingOn.keepAlive) {
-            baton_add32(sleepingOn.word, 1)
-            AddressWait.wakeAll(sleepingOn.word)
-        }
+        if let sleepingOn = state.withLock({ $0.sleepingOn }) { Self.nudge(sleepingOn) }
     }
 
     /// Ends the wait `id` with `CancellationError` if it is still registered (any thread).
