@@ -59,13 +59,13 @@ enum ChannelsBench: BenchSuite {
         for p in [50.0, 99.0] {
             let tag = "p\(Int(p))"
             // The target's floor: the faster of POSIX mq and the Unix socket at this percentile.
-            let (best, floor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(trips[$0]!, p)) }.min { $0.1 < $1.1 }!
+            let (best, floor) = fasterOfQueueAndSocket(trips, p)
             results.append(BenchResult(name: "rendezvous_round_trip_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "\(best.rawValue)_round_trip_\(tag)_us", floor: floor))
             results.append(BenchResult(name: "rendezvous_round_trip_vs_pipe_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "pipe_round_trip_\(tag)_us", floor: percentile(trips[.pipe]!, p)))
             results.append(BenchResult(name: "buffered_round_trip_\(tag)_us", value: percentile(bufferedTrips, p), unit: "us", floorName: "\(best.rawValue)_round_trip_\(tag)_us", floor: floor))
             // The same semantics from the OS: each direction a synchronous hand-off (the element,
             // then a one-byte acknowledgement), as a rendezvous send is.
-            let (bestHandoff, handoffFloor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(handoffTrips[$0]!, p)) }.min { $0.1 < $1.1 }!
+            let (bestHandoff, handoffFloor) = fasterOfQueueAndSocket(handoffTrips, p)
             results.append(BenchResult(name: "rendezvous_round_trip_vs_os_handoff_\(tag)_us", value: percentile(roundTrips, p), unit: "us", floorName: "\(bestHandoff.rawValue)_handoff_round_trip_\(tag)_us", floor: handoffFloor))
         }
         // On one processor: the bench and its worker pinned to the processor the bench runs on
@@ -73,7 +73,7 @@ enum ChannelsBench: BenchSuite {
         if let single = try await oneProcessorRoundTrips(container: container, path: path, rounds: rounds / roundTripBlocks) {
             for p in [50.0, 99.0] {
                 let tag = "p\(Int(p))"
-                let (best, floor) = [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(single.os[$0]!, p)) }.min { $0.1 < $1.1 }!
+                let (best, floor) = fasterOfQueueAndSocket(single.os, p)
                 results.append(BenchResult(name: "rendezvous_round_trip_one_processor_\(tag)_us", value: percentile(single.rendezvous, p), unit: "us", floorName: "\(best.rawValue)_round_trip_one_processor_\(tag)_us", floor: floor))
                 results.append(BenchResult(name: "buffered_round_trip_one_processor_\(tag)_us", value: percentile(single.buffered, p), unit: "us", floorName: "\(best.rawValue)_round_trip_one_processor_\(tag)_us", floor: floor))
                 for primitive in [OSPrimitive.posixMessageQueue, .unixSocket] {
@@ -104,6 +104,12 @@ enum ChannelsBench: BenchSuite {
     }
 
     // MARK: Floors
+
+    /// The faster of POSIX mq and the Unix socket at percentile `p` of their round trips in
+    /// `trips` (the targets' floor), and which one it was.
+    private static func fasterOfQueueAndSocket(_ trips: [OSPrimitive: [Double]], _ p: Double) -> (OSPrimitive, Double) {
+        [OSPrimitive.posixMessageQueue, .unixSocket].map { ($0, percentile(trips[$0]!, p)) }.min { $0.1 < $1.1 }!
+    }
 
     /// The round trips of the OS primitives and of both channel kinds with every thread of the
     /// bench and of its workers on one processor (the one the bench runs on); `nil` where the
