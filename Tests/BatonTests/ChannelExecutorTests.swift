@@ -9,9 +9,7 @@ import Testing
 struct ChannelExecutorTests {
     @Test("a receive on the channel executor sleeps on the executor's thread and is woken by another process's send")
     func receiveWokenByAnotherProcess() async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        let channel = try SharedChannel<Int>(container, name: "executor-receive", capacity: .unbounded)
+        let (directory, channel) = try Self.unboundedChannel("executor-receive")
         let before = ChannelExecutor.shared.waitsRegistered
         let sender = Task {
             // Sends once the receive waits on the executor (a fixed 300 ms sleep could end
@@ -33,9 +31,8 @@ struct ChannelExecutorTests {
 
     @Test("a wait on the channel executor ends at its deadline with timedOut, and on cancellation with CancellationError")
     func deadlineAndCancellation() async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        let channel = try SharedChannel<Int>(container, name: "executor-idle", capacity: .unbounded)
+        let (directory, channel) = try Self.unboundedChannel("executor-idle")
+        defer { withExtendedLifetime(directory) {} }
         let start = ContinuousClock.now
         await #expect(throws: BatonError.self) {
             try await withTaskExecutorPreference(channel.executor) {
@@ -62,11 +59,9 @@ struct ChannelExecutorTests {
 
     @Test("a task queued on the executor while another task's wait sleeps on its thread runs at once, and the wait goes on")
     func jobQueuedDuringAnInlineSleep() async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
         // Unbounded: its receive sleeps until the deadline (a rendezvous wait goes round every
         // 250 ms, which would free the thread anyway).
-        let channel = try SharedChannel<Int>(container, name: "executor-inline", capacity: .unbounded)
+        let (directory, channel) = try Self.unboundedChannel("executor-inline")
         let before = ChannelExecutor.shared.waitsRegistered
         let waiting = Task {
             try await withTaskExecutorPreference(channel.executor) {
@@ -108,11 +103,17 @@ struct ChannelExecutorTests {
         #expect(try await b == 2)
     }
 
-    /// An unbounded channel `name` in a new container whose rings made on the channel executor
-    /// always wait for the task's next wait or suspension, whatever the processor hints say.
-    private static func alwaysDeferringChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
+    /// An unbounded channel `name` in a new container (keep the container alive while the
+    /// channel is used).
+    private static func unboundedChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
         let directory = try TemporaryContainer()
-        let channel = try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: .unbounded)
+        return (directory, try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: .unbounded))
+    }
+
+    /// ``unboundedChannel(_:)`` whose rings made on the channel executor always wait for the
+    /// task's next wait or suspension, whatever the processor hints say.
+    private static func alwaysDeferringChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
+        let (directory, channel) = try unboundedChannel(name)
         channel.log.defersRingsAlways.store(true, ordering: .relaxed)
         return (directory, channel)
     }
