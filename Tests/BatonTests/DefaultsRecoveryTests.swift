@@ -2,6 +2,7 @@
 import CBatonShims
 import Foundation
 import BatonTestSupport
+import Synchronization
 import Testing
 
 /// Damage to a suite's files (issue 16, findings 2, 3 and 9): a reader never rewrites the files,
@@ -289,6 +290,33 @@ struct DefaultsRecoveryTests {
     /// kernel on the meta's release word instead of polling the lock every 200 us, and goes on
     /// when the lock is released: at once when the release rings the word, within the 50 ms
     /// backstop when the holder died without ringing.
+    /// A process that catches up with another process's writes checks that the log was not cut
+    /// short (one fstat) at most once per ``DefaultsStore/sizeCheckInterval``, as a write does,
+    /// not once per catch-up: a watcher catches up once per change, and the fstat was a tenth
+    /// of a set's way to it. (A cut is still found: by the check when it is due, else by the
+    /// replay's checksums over the zeros the mapping guard puts back; the tests above.)
+    @Test func aReaderChecksTheLogSizeAtMostOncePerInterval() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        try defaults.set("start", forKey: "k0")
+        let writer = try ChildProcess(harness: ["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "2"], container: path)
+        try await writer.line(timeout: 30) { $0 == "ready" }
+        let store = defaults.store
+        let (catchUpsBefore, checksBefore) = (store.catchUps.load(ordering: .relaxed), store.catchUpSizeChecks.load(ordering: .relaxed))
+        let start = baton_monotonic_ns()
+        // Each read catches up with whatever the writer appended since the last one.
+        while baton_monotonic_ns() - start < 300_000_000 { _ = defaults.string(forKey: "k0") }
+        let elapsedMilliseconds = Int((baton_monotonic_ns() - start) / 1_000_000)
+        let catchUps = store.catchUps.load(ordering: .relaxed) - catchUpsBefore
+        let checks = store.catchUpSizeChecks.load(ordering: .relaxed) - checksBefore
+        #expect(catchUps > 4 * (elapsedMilliseconds + 2), "the reader caught up with the writer's sets \(catchUps) times in \(elapsedMilliseconds) ms")
+        #expect(checks <= elapsedMilliseconds * 1_000_000 / Int(DefaultsStore.sizeCheckInterval) + 2,
+                "\(checks) size checks in \(catchUps) catch-ups over \(elapsedMilliseconds) ms")
+        #expect(try await writer.wait(timeout: 60) == 0, "writer: \(writer.errorLines.suffix(3))")
+        #expect(!(try defaults.verify().lostData))
+    }
+
     @Test(arguments: ["ringing", "dying"])
     func anOpenerWaitingForAStoppedPreparerSleepsInTheKernel(_ release: String) async throws {
         let directory = try TemporaryContainer()

@@ -19,7 +19,8 @@ final class DefaultsStore: Sendable {
     /// Log files smaller than this are grown rather than compacted (compaction rewrites and
     /// syncs a file; doing it rarely keeps sets cheap).
     static let compactionMinimum = 8 << 20
-    /// How often, at most, a write checks that the log was not cut short under it (one fstat).
+    /// How often, at most, a write (or a catch-up with another process's writes, on a guarded
+    /// mapping) checks that the log was not cut short under it (one fstat).
     static let sizeCheckInterval: UInt64 = 1_000_000
 
     let container: SharedContainer
@@ -29,6 +30,10 @@ final class DefaultsStore: Sendable {
     let lockTimeout: Duration
     /// The signal rung after writes while someone observes (see ``DefaultsMeta`` `watchers`).
     let signalName: String
+    /// How many times this process caught up with another process's writes, and how many of
+    /// those checked the log's size with an fstat (for tests: see ``sizeCheckInterval``).
+    let catchUps = Atomic<Int>(0)
+    let catchUpSizeChecks = Atomic<Int>(0)
 
     struct IndexEntry {
         var valueOffset: Int
@@ -68,7 +73,7 @@ final class DefaultsStore: Sendable {
         var pending: [DefaultsLoss] = []
         /// The committed word disagreed with the log: `index` holds the log's valid records.
         var wordDisagrees = false
-        /// When a write last checked the log's size (``sizeCheckInterval``).
+        /// When a write or a catch-up last checked the log's size (``sizeCheckInterval``).
         var sizeCheckedAt: UInt64 = 0
         /// The mapping, and how far into it, this process faulted pages in for writing ahead of
         /// the appends (``prefaultAhead()``); a new mapping starts from its committed end.
@@ -412,24 +417,39 @@ final class DefaultsStore: Sendable {
     private func catchUp(_ state: inout State, _ word: UInt64) throws {
         let generation = word >> DefaultsLogFormat.lengthBits
         let length = Int(word & DefaultsLogFormat.lengthMask)
-        // One fstat before touching the mapping: a log cut short under this process (by another
-        // program) would fault there (SIGBUS). Only when another process wrote, not per read.
-        let size = try state.log.fileSize()
-        if size < state.capacity {
-            do {
-                try reopen(&state, truncatedFrom: state.capacity)
-            } catch {
-                // Keep nothing that points past the cut.
-                state.index = state.index.filter { $0.value.cached != nil }
-                throw error
+        // The check that the log was not cut short under this process (by another program):
+        // one fstat, when another process wrote (not per read), and then at most once per
+        // ``sizeCheckInterval``, shared with this process's writes, unless the log outgrew the
+        // mapping (the size is needed to map more) or the mapping is unguarded (a touch past
+        // the cut would raise SIGBUS). A cut that a touch of a guarded mapping reaches first is
+        // repaired by the mapping guard with zeros, which the replay's checksums find below
+        // (the log is then read again from the start, and the loss reported). A watcher catches
+        // up once per change, and the fstat was about a tenth of a set's way to it (0.9 µs of
+        // 9.5 µs, traced).
+        catchUps.add(1, ordering: .relaxed)
+        let now = baton_monotonic_ns()
+        var size: Int?
+        if length > state.capacity || !state.log.isGuarded || now &- state.sizeCheckedAt >= Self.sizeCheckInterval {
+            catchUpSizeChecks.add(1, ordering: .relaxed)
+            let checked = try state.log.fileSize()
+            state.sizeCheckedAt = now
+            if checked < state.capacity {
+                do {
+                    try reopen(&state, truncatedFrom: state.capacity)
+                } catch {
+                    // Keep nothing that points past the cut.
+                    state.index = state.index.filter { $0.value.cached != nil }
+                    throw error
+                }
+                return
             }
-            return
+            size = checked
         }
         if generation != state.generation & DefaultsLogFormat.generationMask || length < state.length || state.wordDisagrees {
             try reopen(&state)
             return
         }
-        if length > state.capacity {
+        if length > state.capacity, let size {
             try state.remap(size)
             guard length <= state.capacity else { try reopen(&state); return }
         }
