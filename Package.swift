@@ -26,7 +26,7 @@ let package = Package(
     targets: [
         .target(name: "CBatonShims"),
         // C helpers for Baton's own test and benchmark processes (not part of the library).
-        .target(name: "CBatonHarness"),
+        .target(name: "CBatonHarness", dependencies: ["CBatonShims"]),
         .target(
             name: "Baton",
             dependencies: ["CBatonShims", .product(name: "Logging", package: "swift-log")],
@@ -159,7 +159,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonHarness", "BatonFixtures", "BatonLoopback", "BatonSimulator", "BatonSpawn", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Baton", "BatonCLI", "BatonHarness", "CBatonHarness", "BatonFixtures", "BatonLoopback", "BatonSimulator", "BatonSpawn", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -81,7 +81,7 @@ package final class TicketLock: Sendable {
     private let diagnostics: Diagnostics
     /// This process's id, recorded in the tickets it takes for messages (read once: `getpid` is a
     /// system call).
-    private let pid = UInt32(bitPattern: getpid())
+    private let pid = UInt32(bitPattern: baton_process_id())
     /// The lock file's path relative to `.baton`.
     package let name: String
 

@@ -1,4 +1,5 @@
 import Baton
+import CBatonHarness
 import CBatonShims
 import Foundation
 import BatonTestSupport
@@ -22,6 +23,15 @@ struct KernelTests {
         AddressWait.wakeAll(word)
         let line = try await sleeper.line(timeout: 60) { $0.hasPrefix("woken") || $0 == "timed-out" }
         #expect(line == "woken 7")
+    }
+
+    @Test("the cached process id is the process's own, and a forked child asks the kernel again")
+    func processIdentifier() {
+        let parent = baton_process_id()
+        #expect(parent == getpid())
+        #expect(baton_process_id() == parent)
+        // 0: the child's cached id is its own; 1: it kept the parent's (the fork handler did not run).
+        #expect(baton_harness_fork_and_check_process_id(parent) == 0)
     }
 
     @Test("a wait on a word that nobody rings times out at its deadline")

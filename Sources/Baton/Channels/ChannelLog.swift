@@ -420,7 +420,7 @@ final class ChannelLog: @unchecked Sendable {
     /// rings too). Called right after the unlock, or by ``ChannelExecutor`` when it makes the
     /// rings it deferred.
     func makeOwedRings(_ bits: UInt32, token: UInt64) {
-        if Self.killBeforeRing.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
+        if Self.killBeforeRing.load(ordering: .relaxed) { _ = kill(baton_process_id(), SIGKILL) }
         if bits & 1 != 0 { readable.ring() }
         if bits & 2 != 0 { writable.ring() }
         _ = baton_cas64(Self.dword(header, Self.oOwedRingsOwner), token, 0)
@@ -1114,7 +1114,7 @@ final class ChannelLog: @unchecked Sendable {
             ringOnUnlock(readable: isClosed, writable: wasFull)
             return true
         }
-        if Self.killAfterAcknowledge.load(ordering: .relaxed) { _ = kill(getpid(), SIGKILL) }
+        if Self.killAfterAcknowledge.load(ordering: .relaxed) { _ = kill(baton_process_id(), SIGKILL) }
         return acknowledged
     }
 

@@ -97,7 +97,7 @@ package final class ContainerFiles: Sendable {
     /// Replaces a file under `.baton` atomically: write a temporary file, fsync, rename over the
     /// old one, fsync the directory. Readers see the old or the new content, never a mix.
     package func replaceFile(_ relativePath: String, with bytes: some Collection<UInt8>) throws {
-        let temporary = relativePath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let temporary = relativePath + ".tmp-\(baton_process_id())-\(UInt32.random(in: 0...UInt32.max))"
         let file = try openDescriptor(temporary, flags: O_WRONLY | O_CREAT | O_EXCL)
         do {
             let data = Array(bytes)

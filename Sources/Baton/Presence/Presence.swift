@@ -70,7 +70,7 @@ public final class Presence: Sendable {
         }
         try container.suspension.checkActive("register presence")
         let id = String(UInt64.random(in: 0...UInt64.max), radix: 36)
-        let record = PresenceRecord(id: id, kind: kind, pid: getpid(), since: Date())
+        let record = PresenceRecord(id: id, kind: kind, pid: baton_process_id(), since: Date())
         let registration = PresenceRegistration(presence: self, record: record)
         try registration.acquire()
         return registration

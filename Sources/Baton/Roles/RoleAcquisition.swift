@@ -162,7 +162,7 @@ extension RoleCore {
                         throw BatonError(.capacityExceeded, "\(RoleRecord.maximumWaiters) processes already wait for role \(name); this one cannot queue behind them. Retry later or use fewer processes")
                     }
                     transaction.record.waiters.append(RoleRecord.WaiterSlot(
-                        id: id, pid: getpid(), priority: Int64(priority.value), sinceWallNanoseconds: RoleDirectory.wallNanoseconds()))
+                        id: id, pid: baton_process_id(), priority: Int64(priority.value), sinceWallNanoseconds: RoleDirectory.wallNanoseconds()))
                 }
             }
             return decision
@@ -198,7 +198,7 @@ extension RoleCore {
                 transaction.record.stop = RoleRecord.StopEntry(
                     waiterID: myWaiterID,
                     priority: Int64(priority.value),
-                    pid: getpid(),
+                    pid: baton_process_id(),
                     requestedMonotonic: now,
                     requestedWallNanoseconds: RoleDirectory.wallNanoseconds(),
                     graceNanoseconds: UInt64(max(options.gracePeriod.nanoseconds, 0)),
@@ -223,7 +223,7 @@ extension RoleCore {
         transaction.record.holder = RoleRecord.HolderEntry(
             epoch: epoch,
             priority: Int64(priority.value),
-            pid: getpid(),
+            pid: baton_process_id(),
             state: .running,
             kind: kind,
             sinceWallNanoseconds: RoleDirectory.wallNanoseconds(),

@@ -92,7 +92,7 @@ final class RoleCore: Sendable {
     /// ring when nobody rang after it.
     func ring() {
         let value = lastRing.withLock { last -> UInt64 in
-            last = UInt64(UInt32(bitPattern: getpid())) << 32 | ((last &+ 1) & 0xFFFF_FFFF)
+            last = UInt64(UInt32(bitPattern: baton_process_id())) << 32 | ((last &+ 1) & 0xFFFF_FFFF)
             return last
         }
         try? container.signals.post(signalName, state: value)
@@ -207,7 +207,7 @@ final class RoleCore: Sendable {
                 do {
                     try await turnChanges.wait(after: seen, deadline: deadline)
                 } catch let error as BatonError where error.code == .timedOut {
-                    throw BatonError(.busy, "role \(name) is held or being acquired by another task of this process (pid \(getpid())); join its lease with join(priority:kind:deadline:) or wait longer")
+                    throw BatonError(.busy, "role \(name) is held or being acquired by another task of this process (pid \(baton_process_id())); join its lease with join(priority:kind:deadline:) or wait longer")
                 }
             }
         } catch {
@@ -277,7 +277,7 @@ final class RoleCore: Sendable {
             // Nothing may be locked while suspended: the record then still names this epoch,
             // but its holder file is unlocked, so others see the role as free.
             _ = try? directory.transition { transaction in
-                if transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == getpid() {
+                if transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == baton_process_id() {
                     transaction.record.holder = nil
                     transaction.record.stop = nil
                 }
@@ -307,7 +307,7 @@ final class RoleCore: Sendable {
         }
         do {
             try directory.transition { transaction in
-                guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == getpid() else {
+                guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == baton_process_id() else {
                     throw fencedError(epoch, current: transaction.record.holder?.epoch ?? transaction.record.lastEpoch)
                 }
                 if let stop = transaction.record.stop {
@@ -339,7 +339,7 @@ final class RoleCore: Sendable {
         }
         guard last else { return }
         _ = try? directory.transition { transaction in
-            guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == getpid() else { return }
+            guard var holder = transaction.record.holder, holder.epoch == epoch, holder.pid == baton_process_id() else { return }
             holder.state = transaction.record.stop == nil ? .running : .stopping
             holder.criticalSinceMonotonic = 0
             transaction.record.holder = holder
@@ -364,7 +364,7 @@ final class RoleCore: Sendable {
             throw BatonError(.suspended, "the lease of role \(name) (epoch \(epoch)) is suspended with the process; call resume() before writing")
         }
         let current = try directory.read { record -> UInt64? in
-            if let holder = record.holder, holder.epoch == epoch, holder.pid == getpid() { return nil }
+            if let holder = record.holder, holder.epoch == epoch, holder.pid == baton_process_id() { return nil }
             return record.holder?.epoch ?? record.lastEpoch
         }
         if let current {
@@ -406,7 +406,7 @@ final class RoleCore: Sendable {
         guard let grant, !holderLock.isLocked else { return }
         let outcome = try directory.transition { transaction -> Result<Void, BatonError> in
             let record = transaction.record
-            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == getpid(), holder.lockID == holderLock.id,
+            if let holder = record.holder, holder.epoch == grant.epoch, holder.pid == baton_process_id(), holder.lockID == holderLock.id,
                try holderLock.lock() {
                 return .success(())
             }

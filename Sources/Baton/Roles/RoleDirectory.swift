@@ -350,7 +350,7 @@ final class RoleDirectory: Sendable {
     /// Whether the holder still holds its lock file (it is alive and not suspended). Opens
     /// read-only, so the check itself wakes nobody.
     func isHolderAlive(_ holder: RoleRecord.HolderEntry) throws -> Bool {
-        if holder.pid == getpid() { return try isLocked(holderFile(holder)) }
+        if holder.pid == baton_process_id() { return try isLocked(holderFile(holder)) }
         return try holderCheck.withLock { cache in
             if cache.lockID != holder.lockID || cache.pid != holder.pid || cache.fd == nil {
                 cache = HolderCheck() // closes the previous holder's file
@@ -402,7 +402,7 @@ final class RoleDirectory: Sendable {
     /// Whether process `pid` is certainly gone, so that its lock files may be removed (cleanup
     /// only: who holds a role is decided by the files' locks, never by a pid).
     static func isDead(_ pid: Int32) -> Bool {
-        pid != getpid() && ProcessExistence.isCertainlyGone(pid)
+        pid != baton_process_id() && ProcessExistence.isCertainlyGone(pid)
     }
 
     /// Removes the lock file of a previous holder whose process is gone.
@@ -412,7 +412,7 @@ final class RoleDirectory: Sendable {
 
     /// The text of a waiter file.
     static func waiterContent(priority: RolePriority, kind: String) -> String {
-        "\(priority.value) \(getpid()) \(wallNanoseconds()) \(kind)"
+        "\(priority.value) \(baton_process_id()) \(wallNanoseconds()) \(kind)"
     }
 
     /// A live waiter read from its file.

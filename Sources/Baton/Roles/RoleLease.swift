@@ -141,7 +141,7 @@ public struct StopRequests: AsyncSequence, Sendable {
                 } else {
                     let epoch = self.epoch
                     let read = try? core.directory.read { record -> Look in
-                        guard let holder = record.holder, holder.epoch == epoch, holder.pid == getpid() else {
+                        guard let holder = record.holder, holder.epoch == epoch, holder.pid == baton_process_id() else {
                             if !core.state.withLock({ $0.suspended }) { return .ended }
                             return .nothing
                         }

@@ -44,7 +44,7 @@ final class RoleLockFile: Sendable {
         directory.removeFile(relativePath)
     }
 
-    var relativePath: String { Self.relativePath(directory: directory, prefix: prefix, pid: getpid(), id: id) }
+    var relativePath: String { Self.relativePath(directory: directory, prefix: prefix, pid: baton_process_id(), id: id) }
 
     static func relativePath(directory: RoleDirectory, prefix: String, pid: Int32, id: UInt64) -> String {
         directory.path + "/\(prefix)-\(pid)-\(String(id, radix: 16)).lock"

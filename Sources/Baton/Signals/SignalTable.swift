@@ -215,7 +215,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
            retired.map({ $0.fd != map.fd && !sameFile($0, map) }) ?? true {
             return map
         }
-        let temporary = fileName + ".new-\(getpid())"
+        let temporary = fileName + ".new-\(baton_process_id())"
         _ = Sys.unlinkat(files.directory, temporary)
         let fresh: MappedFile
         do {
@@ -386,7 +386,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                   baton_cas64(owner, current, token) != 0 else { continue }
             baton_store64(entryInterest(state.map, index), 0)
             baton_store32(entryWord(state.map, index, 8), 0)
-            baton_store32(entryWord(state.map, index, 0), UInt32(bitPattern: getpid()))
+            baton_store32(entryWord(state.map, index, 0), UInt32(bitPattern: baton_process_id()))
             state.entry = index
             state.entryToken = token
             return
@@ -414,7 +414,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                    baton_cas64(entryToken(state.map, entry), state.entryToken, token) != 0 {
                     // Ours again; another process may have reset it meanwhile.
                     state.entryToken = token
-                    baton_store32(entryWord(state.map, entry, 0), UInt32(bitPattern: getpid()))
+                    baton_store32(entryWord(state.map, entry, 0), UInt32(bitPattern: baton_process_id()))
                     baton_store64(entryInterest(state.map, entry), state.interest)
                     return
                 }

@@ -53,6 +53,12 @@ int baton_bench_unix_accept(int listener);
 /// A Unix-domain stream socket connected to `path`.
 int baton_bench_unix_connect(const char *path);
 
+/// Forks; the child compares `baton_process_id()` (CBatonShims' cached getpid) with getpid(2)
+/// and with `parent`, and exits 0 when it is its own id, 1 when it still is the parent's, 2 on
+/// any other mismatch. Returns the child's exit status, or -1 when fork or waitpid failed.
+/// (Swift cannot call fork.)
+int baton_harness_fork_and_check_process_id(pid_t parent);
+
 /// Puts every thread of this process on `processor` alone (Linux; -1 with ENOSYS elsewhere).
 /// Threads and child processes created meanwhile inherit it.
 int baton_bench_pin_process(int processor);

@@ -36,6 +36,10 @@ uint64_t baton_mapping_guard_repairs(void);
 /// variable is unset or the file cannot be made.
 void baton_trace_event(const char *tag);
 
+// The process id (process_id.c): getpid(2), cached, and asked again in the child of a fork.
+/// The calling process's id, as getpid(2) returns it, without a system call after the first.
+pid_t baton_process_id(void);
+
 // The thread context (thread_context.c): one pointer per thread, C11 `_Thread_local`, so that
 // Swift code can ask "is this thread the one my executor runs?" without naming pthread_t
 // (an integer on Linux, a pointer on Apple platforms).
