@@ -73,11 +73,9 @@ package struct ChannelOptions: ParsableArguments {
         // The channel layer reads an existing channel's capacity with a plain blocking open;
         // refuse a FIFO or directory planted in its place before it gets there.
         try SharedContainer.validateName(name, what: "a channel name")
-        switch Result(catching: { try container.openFile("channels/" + name, flags: O_RDONLY) }) {
-        case .success(let fd): close(fd)
-        case .failure(let error as BatonError) where error.code == .notFound: break
-        case .failure(let error): throw error
-        }
+        // Opened and closed again at once (the descriptor closes itself); a missing file is a
+        // channel not made yet.
+        _ = try container.openDescriptorIfPresent("channels/" + name, flags: O_RDONLY)
         if let capacity { return try SharedChannel(container, name: name, capacity: capacity) }
         return try SharedChannel(container, existingOrNewNamed: name, capacity: .unbounded)
     }
