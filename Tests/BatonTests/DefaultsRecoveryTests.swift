@@ -322,6 +322,33 @@ struct DefaultsRecoveryTests {
         #expect(!(try defaults.verify().lostData))
     }
 
+    /// A cut that a reader's catch-up reaches before any size check (the interval has not run
+    /// out): the mapping guard puts zeros back where the cut took the records, the replay finds
+    /// no valid record there, no value is read from the zeros, the records before the cut stay,
+    /// and the loss is reported. (Without the guard, the catch-up's touch past the cut raises
+    /// SIGBUS: checked by running this test with the guard's registration removed.)
+    @Test func aCutThatACatchUpReachesBeforeItsSizeCheckIsReported() async throws {
+        let directory = try TemporaryContainer()
+        let path = directory.path
+        let defaults = try SharedDefaults(SharedContainer(path: path))
+        try defaults.set("start", forKey: "k0")
+        let store = defaults.store
+        store.sizeCheckNanoseconds.store(3_600_000_000_000, ordering: .relaxed)
+        #expect(defaults.string(forKey: "k0") == "start")
+        let caughtUpTo = store.state.withLock { $0.length }
+        // Another process appends two records past what this one has read...
+        #expect(try await runBaton(["defaults", "set", "k1", String(repeating: "1", count: 5000)], container: path).status == 0)
+        #expect(try await runBaton(["defaults", "set", "k2", String(repeating: "2", count: 5000)], container: path).status == 0)
+        // ...and another program cuts the log where they begin.
+        #expect(truncate(Self.files(path).log, off_t(caughtUpTo)) == 0)
+        let checksBefore = store.catchUpSizeChecks.load(ordering: .relaxed)
+        #expect(defaults.string(forKey: "k1") == nil, "no value read from the zeros")
+        #expect(defaults.string(forKey: "k2") == nil)
+        #expect(defaults.string(forKey: "k0") == "start", "the records before the cut are kept")
+        #expect(store.catchUpSizeChecks.load(ordering: .relaxed) == checksBefore, "the catch-up made no size check: the replay found the cut")
+        #expect(try defaults.verify().lostData, "the cut records are reported as lost")
+    }
+
     @Test(arguments: ["ringing", "dying"])
     func anOpenerWaitingForAStoppedPreparerSleepsInTheKernel(_ release: String) async throws {
         let directory = try TemporaryContainer()
