@@ -285,25 +285,27 @@ struct DefaultsRecoveryTests {
         }
     }
 
-    /// The first process to open a suite after a boot prepares its meta under the meta file's
-    /// flock. A process that finds it taken (the preparer stopped in the middle) sleeps in the
-    /// kernel on the meta's release word instead of polling the lock every 200 us, and goes on
-    /// when the lock is released: at once when the release rings the word, within the 50 ms
-    /// backstop when the holder died without ringing.
+    /// A suite with `k0` set to "start", opened in this process with a size-check interval of an
+    /// hour (``DefaultsStore/sizeCheckNanoseconds``): after the check its set made, this process
+    /// makes none, however slowly the machine runs.
+    static func suiteWithoutSizeChecks() throws -> (directory: TemporaryContainer, defaults: SharedDefaults) {
+        let directory = try TemporaryContainer()
+        let defaults = try SharedDefaults(SharedContainer(path: directory.path))
+        try defaults.set("start", forKey: "k0")
+        defaults.store.sizeCheckNanoseconds.store(3_600_000_000_000, ordering: .relaxed)
+        return (directory, defaults)
+    }
+
     /// A process that catches up with another process's writes checks that the log was not cut
     /// short (one fstat) at most once per ``DefaultsStore/sizeCheckInterval``, as a write does,
     /// not once per catch-up: a watcher catches up once per change, and the fstat was a tenth
     /// of a set's way to it. (A cut is still found: by the check when it is due, else by the
-    /// replay's checksums over the zeros the mapping guard puts back; the tests above.)
+    /// replay's checksums over the zeros the mapping guard puts back: the truncation tests above,
+    /// and the next one.)
     @Test func aReaderChecksTheLogSizeAtMostOncePerInterval() async throws {
-        let directory = try TemporaryContainer()
+        let (directory, defaults) = try Self.suiteWithoutSizeChecks()
         let path = directory.path
-        let defaults = try SharedDefaults(SharedContainer(path: path))
-        try defaults.set("start", forKey: "k0")
         let store = defaults.store
-        // An interval longer than the test: after its first check, a reader that honours it
-        // makes none, however slowly the machine runs.
-        store.sizeCheckNanoseconds.store(3_600_000_000_000, ordering: .relaxed)
         let writer = try ChildProcess(harness: ["defaults", "test-writer", "--name", "A", "--keys", "20", "--seconds", "60", "--pause-microseconds", "100"], container: path)
         try await writer.line(timeout: 30) { $0 == "ready" }
         let (catchUpsBefore, checksBefore) = (store.catchUps.load(ordering: .relaxed), store.catchUpSizeChecks.load(ordering: .relaxed))
@@ -328,12 +330,9 @@ struct DefaultsRecoveryTests {
     /// and the loss is reported. (Without the guard, the catch-up's touch past the cut raises
     /// SIGBUS: checked by running this test with the guard's registration removed.)
     @Test func aCutThatACatchUpReachesBeforeItsSizeCheckIsReported() async throws {
-        let directory = try TemporaryContainer()
+        let (directory, defaults) = try Self.suiteWithoutSizeChecks()
         let path = directory.path
-        let defaults = try SharedDefaults(SharedContainer(path: path))
-        try defaults.set("start", forKey: "k0")
         let store = defaults.store
-        store.sizeCheckNanoseconds.store(3_600_000_000_000, ordering: .relaxed)
         #expect(defaults.string(forKey: "k0") == "start")
         let caughtUpTo = store.state.withLock { $0.length }
         // Another process appends two records past what this one has read...
@@ -349,6 +348,11 @@ struct DefaultsRecoveryTests {
         #expect(try defaults.verify().lostData, "the cut records are reported as lost")
     }
 
+    /// The first process to open a suite after a boot prepares its meta under the meta file's
+    /// flock. A process that finds it taken (the preparer stopped in the middle) sleeps in the
+    /// kernel on the meta's release word instead of polling the lock every 200 us, and goes on
+    /// when the lock is released: at once when the release rings the word, within the 50 ms
+    /// backstop when the holder died without ringing.
     @Test(arguments: ["ringing", "dying"])
     func anOpenerWaitingForAStoppedPreparerSleepsInTheKernel(_ release: String) async throws {
         let directory = try TemporaryContainer()
