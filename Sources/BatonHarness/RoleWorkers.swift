@@ -10,7 +10,29 @@ import Foundation
 
 /// `baton-harness role soak`: the role soak test's worker process.
 struct RoleWorkers: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "role", abstract: "Role test workers.", subcommands: [Soak.self])
+    static let configuration = CommandConfiguration(commandName: "role", abstract: "Role test workers.", subcommands: [Soak.self, Yield.self])
+
+    /// A holder that yields once (tests only): acquires at executor priority, says
+    /// `{"event":"acquired"}`, releases at the first stop request and says
+    /// `{"event":"released"}`, then stays alive for `--linger` seconds, so that no exit of it
+    /// (and no signal its parent gets for that) comes right after the release.
+    struct Yield: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Holder that releases at the first stop request and stays alive.")
+        @OptionGroup var options: ContainerOptions
+        @Option var name = "core"
+        @Option(transform: ArgumentCheck.seconds) var linger: Double = 60
+
+        func run() async throws {
+            let container = try options.open()
+            let role = try container.role(name)
+            let lease = try await role.acquire(priority: .executor, kind: "yield", deadline: .after(.seconds(30)))
+            emit(#"{"event":"acquired"}"#)
+            for await _ in lease.stopRequests { break }
+            await lease.release()
+            emit(#"{"event":"released"}"#)
+            try await Task.sleep(for: .seconds(linger))
+        }
+    }
 
     /// A soak-test worker (tests only): contends for the role at random and appends its epoch to
     /// a log under a fence check.

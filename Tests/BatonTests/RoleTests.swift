@@ -27,6 +27,13 @@ struct RoleTests {
         (object(line)[key] as? NSNumber)?.intValue
     }
 
+    /// Whether process `pid` is stopped (state `T` in `/proc/PID/stat`).
+    static func isStopped(_ pid: pid_t) -> Bool {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = text.lastIndex(of: ")") else { return false }
+        return text[end...].dropFirst(2).first == "T"
+    }
+
     /// Waits until the role's status satisfies `predicate` (status read in this process).
     static func waitForStatus(_ role: Role, timeout: Double = 20, _ predicate: (RoleStatus) -> Bool) async throws -> RoleStatus {
         let deadline = Date().addingTimeInterval(timeout)
@@ -511,6 +518,68 @@ struct RoleTests {
         #expect(flock(other.fd, LOCK_UN) == 0)
         _ = try await within(20, "the second status read") { try await stuck.value }.get()
         #expect(other.watcherCount == 0)
+    }
+
+    /// An acquisition that asks a live holder to stop sleeps on the arbiter bell's change word
+    /// (RoleDirectory.handOverWatch), and the holder's release wakes it there, not through this
+    /// process's signal thread.
+    @Test func aHoldersReleaseWakesTheAcquisitionThatAskedIt() async throws {
+        let dir = try TemporaryContainer()
+        // A holder that stays alive after its release: its exit would interrupt the watch's
+        // sleep (a signal to this process), which would then find the word moved without
+        // having been woken by it.
+        let executor = try ChildProcess(harness: ["role", "yield"], container: dir.path)
+        defer {
+            executor.signal(SIGCONT)
+            executor.signal(SIGKILL)
+        }
+        _ = try await executor.line(timeout: 30, matching: Self.event("acquired"))
+        // A grace period past the test's patience, as the watch's bound below: the watch also
+        // ends when the holder's grace runs out.
+        let role = try SharedContainer(path: dir.path).role(options: RoleOptions(gracePeriod: .seconds(60)))
+        let directory = role.core.directory
+        // The watch's bound (250 µs) made long: the acquisition can only end through a change
+        // of the record waking the watch (a release that moved the change word without waking
+        // the watch, or did not move it, would leave it asleep past the test's patience). The
+        // holder is stopped until the watch is asleep, so the release comes after it whatever
+        // the runner's speed.
+        directory.handOverWatchNanoseconds.store(Duration.seconds(60).nanoseconds, ordering: .relaxed)
+        // Stopped outside the arbiter lock (the holder reads the record once after it says
+        // "acquired"; stopped inside that read, it would stall every pass below).
+        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDONLY | O_CLOEXEC)
+        #expect(arbiter >= 0)
+        defer { close(arbiter) }
+        try await eventually("the holder stopped outside the arbiter lock", within: 20) {
+            executor.signal(SIGSTOP)
+            guard Self.isStopped(executor.pid) else { return false }
+            if flock(arbiter, LOCK_EX | LOCK_NB) == 0 {
+                _ = flock(arbiter, LOCK_UN)
+                return true
+            }
+            executor.signal(SIGCONT)
+            return false
+        }
+        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
+        try await eventually("the acquisition watches the change word", within: 20) { directory.bell.changeWatcherCount == 1 }
+        #expect(directory.handOverWatches.load(ordering: .relaxed) == 1)
+        #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
+        executor.signal(SIGCONT)
+        let lease = try await within(20, "the acquisition after the holder's release") { try await acquisition.value }
+        #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 1, "the release did not wake the watch")
+        #expect(directory.handOverWatches.load(ordering: .relaxed) == 1, "the acquisition watched more than once")
+        #expect(directory.bell.changeWatcherCount == 0, "the watch did not uncount itself")
+        _ = try await executor.line(timeout: 30, matching: Self.event("released"))
+        await lease.release()
+        executor.signal(SIGKILL)
+        _ = try await executor.wait()
+        // Reads do not move the change word (the holder's look for a stop request wakes no
+        // watch); transitions that write the record do.
+        let changes = directory.bell.changeCount()
+        _ = try role.status()
+        #expect(directory.bell.changeCount() == changes)
+        let again = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
+        await again.release()
+        #expect(directory.bell.changeCount() &- changes == 2)
     }
 
     @Test func everyReleaseOfTheArbiterMovesItsBell() async throws {

@@ -20,7 +20,17 @@ import CBatonShims
 /// ringing, so a watch is bounded (``RoleDirectory/arbiterWatch``) and a watcher that is still
 /// waiting then waits with a blocking `flock` on a thread of its own (``ArbiterWait``). A watcher
 /// killed while counted leaves the count one too high for good: each release then makes one
-/// wake-up call that finds nobody, nothing worse.
+/// wake-up call that finds nobody, nothing worse (the same holds for the change watchers below).
+///
+/// The *change* word (offset 8) moves once with each unlock that ends a transition which wrote
+/// the role's record, and wakes the threads asleep on it when the *change watcher* word (offset
+/// 12) counts anyone: an acquisition that has asked the holder to stop sleeps there for a short
+/// while (``RoleDirectory/handOverWatch``), so that the holder's release wakes the acquiring
+/// thread itself, as a blocking `flock` would, instead of this process's signal thread, which
+/// would then hand the acquisition over to a thread of the task's executor. Reads of the record
+/// (the holder's look for the stop request) do not move it, so they wake no one. Like the
+/// release word, it is a hint: a release by a Baton older than the word rings nothing, and the
+/// watch ends at its bound.
 ///
 /// The same code on both kernels: the words are plain atomics in a shared mapping, and the
 /// sleep is the kernel layer's ``AddressWait`` (a futex on Linux, `os_sync_wait_on_address` on
@@ -30,7 +40,7 @@ final class ArbiterBell: Sendable {
     /// is the one the role's transitions lock.
     private let file: MappedFile
 
-    /// The bytes the bell keeps at the start of `arbiter.lock` (two words used, the rest zero
+    /// The bytes the bell keeps at the start of `arbiter.lock` (four words used, the rest zero
     /// and free for later use).
     static let size = 64
 
@@ -45,11 +55,18 @@ final class ArbiterBell: Sendable {
 
     private var releases: UnsafeMutablePointer<UInt32> { file.pointer.assumingMemoryBound(to: UInt32.self) }
     private var watchers: UnsafeMutablePointer<UInt32> { file.pointer.advanced(by: 4).assumingMemoryBound(to: UInt32.self) }
+    private var changes: UnsafeMutablePointer<UInt32> { file.pointer.advanced(by: 8).assumingMemoryBound(to: UInt32.self) }
+    private var changeWatchers: UnsafeMutablePointer<UInt32> { file.pointer.advanced(by: 12).assumingMemoryBound(to: UInt32.self) }
 
     /// Rings the bell: call after every unlock of the arbiter lock (not before: a woken watcher
-    /// tries the lock at once).
-    func ring() {
+    /// tries the lock at once), with `changed` when the transition it ended wrote the record.
+    func ring(changed: Bool = false) {
         baton_add32(releases, 1)
+        if changed {
+            baton_add32(changes, 1)
+            // First: the thread waiting for a hand-over is the one the release is for.
+            if baton_load32(changeWatchers) > 0 { AddressWait.wakeAll(changes) }
+        }
         if baton_load32(watchers) > 0 { AddressWait.wakeAll(releases) }
     }
 
@@ -65,6 +82,31 @@ final class ArbiterBell: Sendable {
 
     /// How many watches count themselves now (for tests and diagnostics).
     var watcherCount: UInt32 { baton_load32(watchers) }
+
+    /// The change word's value now.
+    func changeCount() -> UInt32 { baton_load32(changes) }
+
+    /// Counts the calling thread a watcher of the change word; balance with
+    /// ``endChangeWatch()``. Call before comparing the word with the value the watch starts from.
+    func beginChangeWatch() { baton_add32(changeWatchers, 1) }
+
+    /// Ends a watch begun with ``beginChangeWatch()``.
+    func endChangeWatch() { baton_sub32(changeWatchers, 1) }
+
+    /// How many change watches count themselves now (for tests and diagnostics).
+    var changeWatcherCount: UInt32 { baton_load32(changeWatchers) }
+
+    /// Sleeps in the kernel until the change word moves past `seen` (true) or until `end`
+    /// (monotonic nanoseconds, ``baton_monotonic_ns()``; false). No spin: a holder takes tens of
+    /// microseconds at least to close what it holds and release.
+    func waitForChange(after seen: UInt32, until end: UInt64) -> Bool {
+        while baton_load32(changes) == seen {
+            let now = baton_monotonic_ns()
+            guard now < end else { return false }
+            _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: Int64(end - now))
+        }
+        return true
+    }
 
     /// Waits until the release word moves past `seen`, watching it on the processor until
     /// `spinEnd` and then asleep in the kernel until `end` (both monotonic nanoseconds,

@@ -68,15 +68,19 @@ extension RoleCore {
             _ = try? await sources.observation.next(deadline: .after(.zero))
         }
         var filesSeen: UInt64 = 0
+        // Whether this acquisition has watched for the asked holder's release on its own thread
+        // (``RoleDirectory/handOverWatch``): once at most.
+        var watchedHandOver = false
         while true {
             if let sources { filesSeen = sources.files.events.snapshot() }
             try checkActive("acquire role \(name)")
             try Task.checkCancellation()
             let decision: Decision
+            let changesSeen: UInt32
             var wroteStop = false
             handOverTrace("acquire.pass")
             do {
-                decision = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, wroteStop: &wroteStop)
+                (decision, changesSeen) = try await transitionOnce(priority: priority, kind: kind, options: options, deadline: deadline, wroteStop: &wroteStop)
                 if wroteStop { postedStop = true }
             } catch {
                 // A grant whose record could not be written is no grant.
@@ -114,6 +118,12 @@ extension RoleCore {
                     sources = try waitSources()
                     continue
                 }
+                if postedStop, entitled, byHolder, !watchedHandOver {
+                    // This process asked a live holder to stop: its release will write the
+                    // record, which wakes this thread (the role's signal still rings as well).
+                    watchedHandOver = true
+                    if directory.watchForChange(after: changesSeen, deadline: deadline, until: until) { continue }
+                }
                 if byHolder, retryIndex < quickRetries.count {
                     // A close was reported: the kernel drops a dying holder's lock just after.
                     try await Task.sleep(for: quickRetries[retryIndex])
@@ -143,10 +153,11 @@ extension RoleCore {
         }
     }
 
-    /// One pass; waits (suspended) for the arbiter lock until `deadline` at most.
+    /// One pass; waits (suspended) for the arbiter lock until `deadline` at most. Returns the
+    /// decision and the bell's change word as the pass left it.
     private func transitionOnce(
         priority: RolePriority, kind: String, options: RoleOptions, deadline: Deadline, wroteStop: inout Bool
-    ) async throws -> Decision {
+    ) async throws -> (Decision, changes: UInt32) {
         try await directory.transition(waitingUntil: deadline) { transaction -> Decision in
             if state.withLock({ $0.suspended }) {
                 throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")

@@ -37,6 +37,9 @@ final class RoleDirectory: Sendable {
         /// Whether this process has checked that the `epoch` file holds the reservation (a role
         /// made by an older Baton has none until its reservation first moves).
         var epochFloorChecked = false
+        /// Set by a transition that wrote the record; read (and cleared) where the arbiter is
+        /// unlocked, which then rings the bell's change word.
+        var wroteRecord = false
     }
 
     // The record's mapping; holding this mutex is the in-process half of the arbiter lock.
@@ -85,11 +88,21 @@ final class RoleDirectory: Sendable {
     /// A transition that suspends the task, not its thread, while another process holds the
     /// arbiter lock (for acquisitions, whose deadline may be far).
     /// - Throws: As ``transition(deadline:_:)``; `CancellationError` when the task is cancelled.
-    func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> R {
-        if let done = try withArbiterSoon(LOCK_EX, { try transact(&$0, body) }) { return done }
+    ///
+    /// - Returns: `body`'s result, and the bell's change word as this transition leaves it (its
+    ///   own write counted): the value a ``watchForChange(after:deadline:until:)`` starts from.
+    func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> (result: R, changes: UInt32) {
+        let counted = { (descriptors: inout Descriptors) throws -> (result: R, changes: UInt32) in
+            let result = try self.transact(&descriptors, body)
+            // Read under the lock: a transition of another process can only come after this one's
+            // ring (a ring of one before it that lands only now moves the word once more, which
+            // costs a watch one extra look, never a missed release).
+            return (result, self.bell.changeCount() &+ (descriptors.wroteRecord ? 1 : 0))
+        }
+        if let done = try withArbiterSoon(LOCK_EX, counted) { return done }
         let held = try await arbiterWait(LOCK_EX).value(until: deadline)
         handOverTrace("arbiter.waited")
-        return try withWaitedArbiter(held) { try transact(&$0, body) }
+        return try withWaitedArbiter(held, counted)
     }
 
     private func transact<R>(_ descriptors: inout Descriptors, _ body: (inout Transaction) throws -> R) throws -> R {
@@ -98,6 +111,7 @@ final class RoleDirectory: Sendable {
         var transaction = Transaction(record: original, directory: self)
         let result = try body(&transaction)
         if transaction.record != original || recovered {
+            descriptors.wroteRecord = true
             transaction.record.sequence = original.sequence &+ 1
             transaction.record.bootHash = BootIdentity.hash
             transaction.record.heartbeatWallNanoseconds = Self.wallNanoseconds()
@@ -178,6 +192,56 @@ final class RoleDirectory: Sendable {
     /// How many of them then waited for it on a thread of their own (for tests).
     let arbiterWaits = Atomic<Int>(0)
 
+    // MARK: Hand-over watch
+
+    /// How long an acquisition that has just asked a live holder to stop waits for the
+    /// holder's release on its own thread, asleep in the kernel on the bell's change word
+    /// (``ArbiterBell``), before it waits as every other acquisition does, suspended until the
+    /// role's signal rings.
+    ///
+    /// The release then wakes the acquiring thread itself, as the holder's `flock(LOCK_UN)` wakes
+    /// a process blocked in `flock`. The suspended wait costs one more wake-up on the way: this
+    /// process's signal thread is woken, and resumes the acquisition on a thread of the task's
+    /// executor, which it must wake too (on Swift's global executor, a pool thread). Measured
+    /// with the hand-over trace points, that step took 20-40 µs of a hand-over on the two-core
+    /// machine, loaded or not, and longer when the threads had slept for a while.
+    ///
+    /// The bound covers a holder that closes a connection and releases: 80-150 µs in the
+    /// lifecycle benchmark's hand-overs. A holder that takes longer (a critical section, a
+    /// graceful close) is waited for as before, having held the acquiring thread for this long
+    /// at most, once per acquisition. The thread sleeps in the kernel meanwhile; the task's
+    /// cancellation and deadline are looked at when the watch ends (the deadline also bounds
+    /// the watch).
+    static let handOverWatch: Duration = .microseconds(250)
+
+    /// This directory's bound on a hand-over watch (``handOverWatch``; tests lengthen it).
+    let handOverWatchNanoseconds = Atomic<Int64>(handOverWatch.nanoseconds)
+    /// How many hand-over watches this process began (for tests).
+    let handOverWatches = Atomic<Int>(0)
+    /// How many of them a change of the record ended before their bound (for tests).
+    let handOverWatchWakes = Atomic<Int>(0)
+
+    /// Sleeps until a transition of any process writes the record after the one that left the
+    /// bell's change word at `seen`, or until ``handOverWatchNanoseconds`` pass (or `deadline`,
+    /// or `until`, monotonic nanoseconds, when sooner). Blocks the calling thread.
+    /// - Returns: Whether the record changed (look again now); false when the watch timed out.
+    func watchForChange(after seen: UInt32, deadline: Deadline, until: UInt64?) -> Bool {
+        handOverWatches.add(1, ordering: .relaxed)
+        let now = baton_monotonic_ns()
+        var end = now &+ UInt64(max(0, handOverWatchNanoseconds.load(ordering: .relaxed)))
+        if let remaining = deadline.remaining {
+            end = min(end, now &+ UInt64(max(0, remaining.nanoseconds)))
+        }
+        if let until { end = min(end, until) }
+        bell.beginChangeWatch()
+        defer { bell.endChangeWatch() }
+        handOverTrace("handover.watch")
+        guard bell.waitForChange(after: seen, until: end) else { return false }
+        handOverTrace("handover.woke")
+        handOverWatchWakes.add(1, ordering: .relaxed)
+        return true
+    }
+
     /// Runs `body` under the mutex once the arbiter lock is free, watching its bell
     /// (``ArbiterBell``) for ``arbiterWatchNanoseconds`` at most; `nil` when another process
     /// still holds it then (the caller waits with ``arbiterWait(_:)``).
@@ -208,8 +272,10 @@ final class RoleDirectory: Sendable {
         try descriptors.withLock { descriptors -> R? in
             guard try Sys.tryFlock(bell.fd, operation).get("locking the arbiter of role \(name)") else { return nil }
             defer {
+                let changed = descriptors.wroteRecord
+                descriptors.wroteRecord = false
                 _ = Sys.flock(bell.fd, LOCK_UN)
-                bell.ring()
+                bell.ring(changed: changed)
             }
             return try body(&descriptors)
         }
@@ -226,9 +292,18 @@ final class RoleDirectory: Sendable {
         guard let held = held.take() else {
             throw BatonError(.timedOut, "another process has held the arbiter lock of role \(name) past the deadline (a transition takes microseconds: that process is stopped or hung); retry later, or see which process holds \(container.absolutePath(path))/arbiter.lock with `baton inspect`")
         }
-        let result = Result { try descriptors.withLock { try body(&$0) } }
+        var changed = false
+        let result = Result {
+            try descriptors.withLock { descriptors in
+                defer {
+                    changed = descriptors.wroteRecord
+                    descriptors.wroteRecord = false
+                }
+                return try body(&descriptors)
+            }
+        }
         held.unlockAndClose()
-        bell.ring()
+        bell.ring(changed: changed)
         return try result.get()
     }
 
