@@ -17,7 +17,9 @@ import Synchronization
 /// a lock file in the role's directory is closed (a holder or waiter died: the kernel's word, no
 /// heartbeat), the grace period ends, or the deadline passes. The wait is one continuation shared
 /// by the signal's and the close events' counters and one timer (``EventCounter/waitAny``): the
-/// thread that sees the event resumes the acquisition, with no task group in between.
+/// thread that sees the event resumes the acquisition, with no task group in between. Right
+/// after asking a live holder to stop, it first sleeps on its own thread for a short while
+/// (``RoleDirectory/handOverWatch``), where the holder's release wakes it directly.
 extension RoleCore {
     private enum Decision {
         /// `replaced`: the record named a holder (another process's, alive or not, or this
