@@ -94,9 +94,10 @@ final class RoleDirectory: Sendable {
     func transition<R>(waitingUntil deadline: Deadline, _ body: (inout Transaction) throws -> R) async throws -> (result: R, changes: UInt32) {
         let counted = { (descriptors: inout Descriptors) throws -> (result: R, changes: UInt32) in
             let result = try self.transact(&descriptors, body)
-            // Read under the lock: a transition of another process can only come after this one's
-            // ring (a ring of one before it that lands only now moves the word once more, which
-            // costs a watch one extra look, never a missed release).
+            // Read under the lock, this transition's own ring counted: every writing transition
+            // after this one moves the word past the value returned. (The ring of one before it
+            // that lands only now moves it once more: one extra look for a watch, never a missed
+            // release.)
             return (result, self.bell.changeCount() &+ (descriptors.wroteRecord ? 1 : 0))
         }
         if let done = try withArbiterSoon(LOCK_EX, counted) { return done }
@@ -211,7 +212,8 @@ final class RoleDirectory: Sendable {
     /// graceful close) is waited for as before, having held the acquiring thread for this long
     /// at most, once per acquisition. The thread sleeps in the kernel meanwhile; the task's
     /// cancellation and deadline are looked at when the watch ends (the deadline also bounds
-    /// the watch).
+    /// the watch). An acquisition on the main actor holds the main thread that long at most,
+    /// a sixty-fifth of a 60 Hz frame, as the arbiter's watch (``arbiterWatch``) may already.
     static let handOverWatch: Duration = .microseconds(250)
 
     /// This directory's bound on a hand-over watch (``handOverWatch``; tests lengthen it).
