@@ -213,7 +213,7 @@ final class RoleDirectory: Sendable {
     /// at most, once per acquisition. The thread sleeps in the kernel meanwhile; the task's
     /// cancellation and deadline are looked at when the watch ends (the deadline also bounds
     /// the watch). An acquisition on the main actor holds the main thread that long at most,
-    /// a sixty-fifth of a 60 Hz frame, as the arbiter's watch (``arbiterWatch``) may already.
+    /// 1.5% of a 60 Hz frame, as the arbiter's watch (``arbiterWatch``) may already.
     static let handOverWatch: Duration = .microseconds(250)
 
     /// This directory's bound on a hand-over watch (``handOverWatch``; tests lengthen it).
