@@ -31,10 +31,13 @@ import Synchronization
 /// - The tasks of one process are served in order; ``join(priority:kind:deadline:)`` shares the
 ///   grant the process already holds.
 ///
-/// Latency: a preemption is two cross-process wake-ups (the stop request, the release). Run the
-/// code that acquires and the code that handles ``RoleLease/stopRequests`` inside
-/// `withTaskExecutorPreference(container.signals.executor) { ... }` where it matters: each
-/// wake-up then resumes the task on the thread that saw it, instead of also waking a pool thread.
+/// Latency: a preemption is two cross-process wake-ups (the stop request, the release). The
+/// acquiring thread waits for the release itself for a short while after it asks (a quarter of a
+/// millisecond), so a prompt release wakes it directly on any executor. The stop request
+/// reaches the holder on the signal thread: run the code that handles
+/// ``RoleLease/stopRequests`` (and the code that acquires) inside
+/// `withTaskExecutorPreference(container.signals.executor) { ... }` where it matters, so that it
+/// resumes on the thread that saw the request instead of also waking a pool thread.
 ///
 /// A role is a ``SuspensionParticipant``: ``suspend()`` releases every kernel lock the role
 /// holds in this process (the container's ``SharedContainer/suspend()`` does it for every role);
