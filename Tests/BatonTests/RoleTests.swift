@@ -544,24 +544,11 @@ struct RoleTests {
         // holder is stopped until the watch is asleep, so the release comes after it whatever
         // the runner's speed.
         directory.handOverWatchNanoseconds.store(Duration.seconds(60).nanoseconds, ordering: .relaxed)
-        // Stopped outside the arbiter lock (the holder reads the record once after it says
-        // "acquired"; stopped inside that read, it would stall every pass below).
-        let arbiter = open(dir.path + "/.baton/roles/core/arbiter.lock", O_RDONLY | O_CLOEXEC)
-        #expect(arbiter >= 0)
-        defer { close(arbiter) }
-        try await eventually("the holder stopped outside the arbiter lock", within: 20) {
-            executor.signal(SIGSTOP)
-            guard Self.isStopped(executor.pid) else { return false }
-            if flock(arbiter, LOCK_EX | LOCK_NB) == 0 {
-                _ = flock(arbiter, LOCK_UN)
-                return true
-            }
-            executor.signal(SIGCONT)
-            return false
-        }
+        try await Self.stopOutsideTheArbiter(executor, container: dir.path)
         let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
-        try await eventually("the acquisition watches the change word", within: 20) { directory.bell.changeWatcherCount == 1 }
-        #expect(directory.handOverWatches.load(ordering: .relaxed) == 1)
+        try await eventually("the acquisition watches the change word", within: 20) {
+            directory.bell.changeWatcherCount == 1 && directory.handOverWatches.load(ordering: .relaxed) == 1
+        }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
         executor.signal(SIGCONT)
         let lease = try await within(20, "the acquisition after the holder's release") { try await acquisition.value }
@@ -580,6 +567,53 @@ struct RoleTests {
         let again = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
         await again.release()
         #expect(directory.bell.changeCount() &- changes == 2)
+    }
+
+    /// A holder that does not release within the hand-over watch's bound holds the asking
+    /// thread no longer than that: the acquisition leaves the watch, waits suspended, and gets
+    /// the role when the holder lets go.
+    @Test func aSlowHolderHoldsTheAskingThreadNoLongerThanTheWatchsBound() async throws {
+        let dir = try TemporaryContainer()
+        let executor = try ChildProcess(harness: ["role", "yield"], container: dir.path)
+        defer {
+            executor.signal(SIGCONT)
+            executor.signal(SIGKILL)
+        }
+        _ = try await executor.line(timeout: 30, matching: Self.event("acquired"))
+        // The grace period and the deadline far away: only the watch's own bound (250 µs) can
+        // end it while the holder is stopped.
+        let role = try SharedContainer(path: dir.path).role(options: RoleOptions(gracePeriod: .seconds(60)))
+        let directory = role.core.directory
+        try await Self.stopOutsideTheArbiter(executor, container: dir.path)
+        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
+        try await eventually("the acquisition watched for the release, then stopped watching", within: 20) {
+            directory.handOverWatches.load(ordering: .relaxed) == 1 && directory.bell.changeWatcherCount == 0
+        }
+        #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
+        #expect(Self.isStopped(executor.pid), "the holder ran before the watch ended")
+        executor.signal(SIGCONT)
+        let lease = try await within(20, "the acquisition after the holder's release") { try await acquisition.value }
+        #expect(directory.handOverWatches.load(ordering: .relaxed) == 1, "the acquisition watched more than once")
+        await lease.release()
+    }
+
+    /// Stops `holder` (SIGSTOP) at a moment it holds no lock on the arbiter of role `core`:
+    /// a holder stopped inside a look at the record (it makes one after it says "acquired")
+    /// would stall every transition.
+    static func stopOutsideTheArbiter(_ holder: ChildProcess, container path: String) async throws {
+        let arbiter = open(path + "/.baton/roles/core/arbiter.lock", O_RDONLY | O_CLOEXEC)
+        #expect(arbiter >= 0)
+        defer { close(arbiter) }
+        try await eventually("the holder stopped outside the arbiter lock", within: 20) {
+            holder.signal(SIGSTOP)
+            guard isStopped(holder.pid) else { return false }
+            if flock(arbiter, LOCK_EX | LOCK_NB) == 0 {
+                _ = flock(arbiter, LOCK_UN)
+                return true
+            }
+            holder.signal(SIGCONT)
+            return false
+        }
     }
 
     @Test func everyReleaseOfTheArbiterMovesItsBell() async throws {

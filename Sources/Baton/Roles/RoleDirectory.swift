@@ -228,6 +228,10 @@ final class RoleDirectory: Sendable {
     /// or `until`, monotonic nanoseconds, when sooner). Blocks the calling thread.
     /// - Returns: Whether the record changed (look again now); false when the watch timed out.
     func watchForChange(after seen: UInt32, deadline: Deadline, until: UInt64?) -> Bool {
+        // Counted once the bell counts it: a watch counted in `handOverWatches` is either still
+        // counted by the bell or over (what the tests look for).
+        bell.beginChangeWatch()
+        defer { bell.endChangeWatch() }
         handOverWatches.add(1, ordering: .relaxed)
         let now = baton_monotonic_ns()
         var end = now &+ UInt64(max(0, handOverWatchNanoseconds.load(ordering: .relaxed)))
@@ -235,8 +239,6 @@ final class RoleDirectory: Sendable {
             end = min(end, now &+ UInt64(max(0, remaining.nanoseconds)))
         }
         if let until { end = min(end, until) }
-        bell.beginChangeWatch()
-        defer { bell.endChangeWatch() }
         handOverTrace("handover.watch")
         guard bell.waitForChange(after: seen, until: end) else { return false }
         handOverTrace("handover.woke")
