@@ -524,34 +524,19 @@ struct RoleTests {
     /// (RoleDirectory.handOverWatch), and the holder's release wakes it there, not through this
     /// process's signal thread.
     @Test func aHoldersReleaseWakesTheAcquisitionThatAskedIt() async throws {
-        let dir = try TemporaryContainer()
-        // A holder that stays alive after its release: its exit would interrupt the watch's
-        // sleep (a signal to this process), which would then find the word moved without
-        // having been woken by it.
-        let executor = try ChildProcess(harness: ["role", "yield"], container: dir.path)
-        defer {
-            executor.signal(SIGCONT)
-            executor.signal(SIGKILL)
-        }
-        _ = try await executor.line(timeout: 30, matching: Self.event("acquired"))
-        // A grace period past the test's patience, as the watch's bound below: the watch also
-        // ends when the holder's grace runs out.
-        let role = try SharedContainer(path: dir.path).role(options: RoleOptions(gracePeriod: .seconds(60)))
-        let directory = role.core.directory
         // The watch's bound (250 µs) made long: the acquisition can only end through a change
         // of the record waking the watch (a release that moved the change word without waking
         // the watch, or did not move it, would leave it asleep past the test's patience). The
         // holder is stopped until the watch is asleep, so the release comes after it whatever
         // the runner's speed.
-        directory.handOverWatchNanoseconds.store(Duration.seconds(60).nanoseconds, ordering: .relaxed)
-        try await Self.stopOutsideTheArbiter(executor, container: dir.path)
-        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
+        let handOver = try await StoppedHolderHandOver(watchBound: .seconds(60))
+        let (executor, role, directory) = (handOver.holder, handOver.role, handOver.directory)
         try await eventually("the acquisition watches the change word", within: 20) {
             directory.bell.changeWatcherCount == 1 && directory.handOverWatches.load(ordering: .relaxed) == 1
         }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
         executor.signal(SIGCONT)
-        let lease = try await within(20, "the acquisition after the holder's release") { try await acquisition.value }
+        let lease = try await within(20, "the acquisition after the holder's release") { try await handOver.acquisition.value }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 1, "the release did not wake the watch")
         #expect(directory.handOverWatches.load(ordering: .relaxed) == 1, "the acquisition watched more than once")
         #expect(directory.bell.changeWatcherCount == 0, "the watch did not uncount itself")
@@ -573,28 +558,60 @@ struct RoleTests {
     /// thread no longer than that: the acquisition leaves the watch, waits suspended, and gets
     /// the role when the holder lets go.
     @Test func aSlowHolderHoldsTheAskingThreadNoLongerThanTheWatchsBound() async throws {
-        let dir = try TemporaryContainer()
-        let executor = try ChildProcess(harness: ["role", "yield"], container: dir.path)
-        defer {
-            executor.signal(SIGCONT)
-            executor.signal(SIGKILL)
-        }
-        _ = try await executor.line(timeout: 30, matching: Self.event("acquired"))
         // The grace period and the deadline far away: only the watch's own bound (250 µs) can
         // end it while the holder is stopped.
-        let role = try SharedContainer(path: dir.path).role(options: RoleOptions(gracePeriod: .seconds(60)))
-        let directory = role.core.directory
-        try await Self.stopOutsideTheArbiter(executor, container: dir.path)
-        let acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
+        let handOver = try await StoppedHolderHandOver()
+        let (executor, directory) = (handOver.holder, handOver.directory)
         try await eventually("the acquisition watched for the release, then stopped watching", within: 20) {
             directory.handOverWatches.load(ordering: .relaxed) == 1 && directory.bell.changeWatcherCount == 0
         }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
         #expect(Self.isStopped(executor.pid), "the holder ran before the watch ended")
         executor.signal(SIGCONT)
-        let lease = try await within(20, "the acquisition after the holder's release") { try await acquisition.value }
+        let lease = try await within(20, "the acquisition after the holder's release") { try await handOver.acquisition.value }
         #expect(directory.handOverWatches.load(ordering: .relaxed) == 1, "the acquisition watched more than once")
         await lease.release()
+    }
+
+    /// The setup of the hand-over watch's tests: role `core` held by `baton-harness role yield`
+    /// (it releases at the first stop request and stays alive, since its exit would interrupt
+    /// the watch's sleep with a signal to this process, which would then find the word moved
+    /// without having been woken by it), stopped outside the arbiter lock, and an acquisition at
+    /// main priority that asks it to stop. The grace period (60 s) and the acquisition's
+    /// deadline (50 s) lie past the tests' patience: the watch also ends when the holder's grace
+    /// runs out. The holder is continued and killed when this goes.
+    final class StoppedHolderHandOver: Sendable {
+        let dir: TemporaryContainer
+        let holder: ChildProcess
+        let role: Role
+        let acquisition: Task<RoleLease, any Error>
+        var directory: RoleDirectory { role.core.directory }
+
+        /// - Parameter watchBound: Replaces the watch's bound before the acquisition starts.
+        init(watchBound: Duration? = nil) async throws {
+            dir = try TemporaryContainer()
+            let holder = try ChildProcess(harness: ["role", "yield"], container: dir.path)
+            self.holder = holder
+            do {
+                _ = try await holder.line(timeout: 30, matching: RoleTests.event("acquired"))
+                let role = try SharedContainer(path: dir.path).role(options: RoleOptions(gracePeriod: .seconds(60)))
+                if let watchBound {
+                    role.core.directory.handOverWatchNanoseconds.store(watchBound.nanoseconds, ordering: .relaxed)
+                }
+                try await RoleTests.stopOutsideTheArbiter(holder, container: dir.path)
+                self.role = role
+                acquisition = Task { try await role.acquire(priority: .main, deadline: .after(.seconds(50))) }
+            } catch {
+                holder.signal(SIGCONT)
+                holder.signal(SIGKILL)
+                throw error
+            }
+        }
+
+        deinit {
+            holder.signal(SIGCONT)
+            holder.signal(SIGKILL)
+        }
     }
 
     /// Stops `holder` (SIGSTOP) at a moment it holds no lock on the arbiter of role `core`:
