@@ -1,5 +1,8 @@
-// CRC-32C (Castagnoli): hardware instructions on x86-64 with SSE4.2 and on ARMv8 with CRC,
-// a table-driven fallback elsewhere.
+// CRC-32C (Castagnoli): the processor's CRC-32C instructions on x86-64 (SSE4.2) and on ARMv8
+// (FEAT_CRC32, mandatory from ARMv8.1), a table-driven fallback (slicing by 8) otherwise. Which
+// one runs is decided once per process, by what the processor reports (`__builtin_cpu_supports`
+// on x86-64, `baton_cpu_has_crc32` of the platform header on ARM). All give the same values:
+// scripts/check-crc32c.sh compares them, the ARM one under qemu-aarch64.
 #include "CBatonShims.h"
 
 static uint32_t baton_crc_table[8][256];
@@ -40,6 +43,7 @@ static uint32_t baton_crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
 }
 
 #if defined(__x86_64__)
+#define BATON_CRC32C_HAS_HW 1
 __attribute__((target("sse4.2")))
 static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = ~crc;
@@ -55,11 +59,40 @@ static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     return ~c32;
 }
 
+static int baton_crc32c_hw_available(void) { return __builtin_cpu_supports("sse4.2"); }
+#elif defined(__aarch64__) || defined(__arm64__)
+#define BATON_CRC32C_HAS_HW 1
+// CRC32CX and CRC32CB (the ARM ARM's CRC32C instructions, clang's __builtin_arm_crc32cd and
+// __builtin_arm_crc32cb): the same polynomial, reflected, as SSE4.2's CRC32. A little-endian
+// load of 8 bytes feeds them in memory order.
+__attribute__((target("crc")))
+static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    uint32_t c = ~crc;
+    while (n >= 8) {
+        uint64_t word;
+        __builtin_memcpy(&word, p, 8);
+        c = __builtin_arm_crc32cd(c, word);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = __builtin_arm_crc32cb(c, *p++);
+    return ~c;
+}
+
+static int baton_crc32c_hw_available(void) { return baton_cpu_has_crc32(); }
+#endif
+
+#if defined(BATON_CRC32C_HAS_HW)
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length) {
-    static int has_sse42 = -1;
-    if (has_sse42 < 0) has_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    return has_sse42 ? baton_crc32c_hw(crc, (const uint8_t *)data, length)
-                     : baton_crc32c_sw(crc, (const uint8_t *)data, length);
+    // -1 unknown, 0 the table, 1 the instructions (a race asks twice and finds the same).
+    static int has_hw = -1;
+    int hw = __atomic_load_n(&has_hw, __ATOMIC_RELAXED);
+    if (hw < 0) {
+        hw = baton_crc32c_hw_available() ? 1 : 0;
+        __atomic_store_n(&has_hw, hw, __ATOMIC_RELAXED);
+    }
+    return hw ? baton_crc32c_hw(crc, (const uint8_t *)data, length)
+              : baton_crc32c_sw(crc, (const uint8_t *)data, length);
 }
 #else
 uint32_t baton_crc32c(uint32_t crc, const void *data, size_t length) {

@@ -121,4 +121,13 @@ static inline int baton_darwin_boot_session(char *buffer, size_t *length) {
     return sysctlbyname("kern.bootsessionuuid", buffer, length, NULL, 0);
 }
 
+/// Whether this arm64 processor has the CRC32 instructions: xnu's `hw.optional.armv8_crc32`
+/// (apple-oss-distributions/xnu bsd/kern/kern_mib.c, an int: 1 when present; the node is absent
+/// on Intel Macs).
+static inline int baton_cpu_has_crc32(void) {
+    int value = 0;
+    size_t length = sizeof value;
+    return sysctlbyname("hw.optional.armv8_crc32", &value, &length, NULL, 0) == 0 && value > 0;
+}
+
 #endif

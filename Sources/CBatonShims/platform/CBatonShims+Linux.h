@@ -84,4 +84,13 @@ static inline uint64_t baton_linux_current_slice(void) {
     if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return 0;
     return attr.sched_runtime;
 }
+
+#if defined(__aarch64__)
+#include <sys/auxv.h>   // getauxval, AT_HWCAP; glibc's <bits/hwcap.h> for aarch64: HWCAP_CRC32
+
+/// Whether this ARMv8 processor has the CRC32 instructions (FEAT_CRC32), as the kernel reports
+/// them in the auxiliary vector.
+static inline int baton_cpu_has_crc32(void) { return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0; }
+#endif
+
 #endif
