@@ -58,9 +58,11 @@ int main(int argc, char **argv) {
     expect(baton_crc32c(0, block, 32), 0x113FDB5Cu, "32 decrementing bytes");
     expect(baton_crc32c(0, "", 0), 0, "empty");
 
-    // Every length up to 600 at every alignment of 8, pseudo-random bytes: the two paths agree,
-    // and a value continued over a split equals the whole.
-    static uint8_t data[4096 + 8];
+    // Every length up to 1,600 and every 13th up to 5,000, at every alignment of 8, pseudo-random
+    // bytes: the two paths agree, and a value continued over a split equals the whole. (The
+    // instructions' path runs three interleaved streams from 768 bytes on: lengths around each
+    // multiple of 768 take every combination of streams and tail.)
+    static uint8_t data[5000 + 8];
     uint64_t state = 0x9E3779B97F4A7C15u;
     for (size_t i = 0; i < sizeof data; i++) {
         state ^= state << 13; state ^= state >> 7; state ^= state << 17;
@@ -68,7 +70,7 @@ int main(int argc, char **argv) {
     }
     char what[96];
     for (size_t offset = 0; offset < 8; offset++) {
-        for (size_t length = 0; length <= 600; length++) {
+        for (size_t length = 0; length <= 5000; length += length < 1600 ? 1 : 13) {
             const uint8_t *p = data + offset;
             uint32_t table = baton_crc32c_sw(0, p, length);
             snprintf(what, sizeof what, "%zu bytes at offset %zu", length, offset);
@@ -83,6 +85,12 @@ int main(int argc, char **argv) {
         }
     }
     expect(baton_crc32c(0, data, 4096), baton_crc32c_sw(0, data, 4096), "4096 bytes");
+    // Zeros and ones across the streams' joins.
+    static uint8_t same[2304];
+    memset(same, 0, sizeof same);
+    expect(baton_crc32c(0, same, sizeof same), baton_crc32c_sw(0, same, sizeof same), "2304 zero bytes");
+    memset(same, 0xFF, sizeof same);
+    expect(baton_crc32c(0, same, sizeof same), baton_crc32c_sw(0, same, sizeof same), "2304 0xFF bytes");
 
     if (timing) {
         // A role record read checks two slots of 2560 bytes.
@@ -99,6 +107,14 @@ int main(int argc, char **argv) {
 #endif
             }
             printf("2560 bytes, %s: %.0f ns (%08x)\n", name, (double)(now_ns() - start) / 200000, sink);
+            if (pass == 1) {
+                // The same bytes as one chain of instructions (the path before the streams).
+                uint64_t serial = now_ns();
+                for (int i = 0; i < 200000; i++) {
+                    for (int part = 0; part < 10; part++) sink ^= baton_crc32c_hw(sink, data + 256 * part, 256);
+                }
+                printf("2560 bytes, instructions in one chain (10 calls of 256 bytes): %.0f ns (%08x)\n", (double)(now_ns() - serial) / 200000, sink);
+            }
         }
     }
     if (failures) { printf("%d failures\n", failures); return 1; }
