@@ -25,7 +25,24 @@ extension RoleCore {
         /// `replaced`: the record named a holder (another process's, alive or not, or this
         /// process's own older grant), which learns of the grant from the role's signal.
         case granted(epoch: UInt64, previous: RoleRecord.HolderEntry?, replaced: Bool)
-        case wait(until: UInt64?, blocker: String, entitled: Bool, byHolder: Bool)
+        case wait(until: UInt64?, blocker: Blocker, entitled: Bool, byHolder: Bool)
+    }
+
+    /// Who the acquisition waits for, described only when a message needs it: the description
+    /// (five interpolations) took 0.55-0.59 µs, built before in every pass that waits, the one
+    /// that asks a holder to stop among them.
+    private enum Blocker: CustomStringConvertible {
+        case waiter(RoleDirectory.WaiterEntry)
+        case holder(RoleRecord.HolderEntry)
+
+        var description: String {
+            switch self {
+            case .waiter(let higher):
+                "a process of priority \(higher.priority) (pid \(higher.pid), kind \(higher.kind)) is waiting for it"
+            case .holder(let holder):
+                "held by priority \(RolePriority(Int(holder.priority))) (pid \(holder.pid), kind \(holder.kind), epoch \(holder.epoch), \(holder.state.rawValue))"
+            }
+        }
     }
 
     private enum Wake: Sendable { case signal(SignalDelivery, posts: UInt64), files, timeout }
@@ -200,12 +217,11 @@ extension RoleCore {
         let holder = transaction.record.holder
         let holderAlive = try holder.map { try directory.isHolderAlive($0) } ?? false
         if let higher = others.first(where: { $0.priority > priority }) {
-            return .wait(until: nil, blocker: "a process of priority \(higher.priority) (pid \(higher.pid), kind \(higher.kind)) is waiting for it", entitled: false, byHolder: false)
+            return .wait(until: nil, blocker: .waiter(higher), entitled: false, byHolder: false)
         }
         if holderAlive, let holder {
-            let description = "held by priority \(RolePriority(Int(holder.priority))) (pid \(holder.pid), kind \(holder.kind), epoch \(holder.epoch), \(holder.state.rawValue))"
             if Int(holder.priority) >= priority.value {
-                return .wait(until: nil, blocker: description, entitled: false, byHolder: true)
+                return .wait(until: nil, blocker: .holder(holder), entitled: false, byHolder: true)
             }
             if (transaction.record.stop?.priority ?? .min) < Int64(priority.value) {
                 transaction.record.stop = RoleRecord.StopEntry(
@@ -221,11 +237,11 @@ extension RoleCore {
             }
             let overtakeAt = transaction.record.stop!.overtakeAt(holderState: transaction.record.holder!.state)
             if now < overtakeAt {
-                return .wait(until: overtakeAt, blocker: description, entitled: true, byHolder: true)
+                return .wait(until: overtakeAt, blocker: .holder(holder), entitled: true, byHolder: true)
             }
             // The holder ignored the stop request past its grace period: overtake it. Its
             // epoch is over; its token fails validation from this transition on.
-            container.diagnostics.report(.roleHolderOvertaken, level: .warning, "role \(name): overtaking \(description), which did not release within its grace period")
+            container.diagnostics.report(.roleHolderOvertaken, level: .warning, "role \(name): overtaking \(Blocker.holder(holder)), which did not release within its grace period")
         } else if let holder {
             container.diagnostics.report(.roleTakenOver, "role \(name): taking over from pid \(holder.pid) (kind \(holder.kind), epoch \(holder.epoch)), which died or was suspended holding it")
         }
