@@ -136,6 +136,40 @@ struct SignalTests {
         #expect(try await appObservation.next(deadline: .after(.seconds(10))).state == 30)
     }
 
+    @Test("observing a name in a bit the process already watches wakes no thread, in it or in the other processes of the group; the new observation still gets the next post")
+    func anObservationInAWatchedBitWakesNoThread() async throws {
+        let directory = try TemporaryContainer()
+        // To the table, two processes asleep on the group word of one name, as the processes of
+        // a role are between hand-overs.
+        let app = try SharedContainer(path: directory.path), other = try SharedContainer(path: directory.path)
+        let appTable = try Self.table(app), otherTable = try Self.table(other)
+        let appFirst = try app.signals.observe("role")
+        let otherObservation = try other.signals.observe("role")
+        let group = Self.groupWord(try #require(appTable.entryForTesting).interest)
+        try await eventually("both asleep on the group word") {
+            appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
+        }
+        // Settled: no round for a moment.
+        var appRounds = appTable.threadRounds, otherRounds = otherTable.threadRounds
+        for _ in 0..<20 {
+            try await Task.sleep(for: .milliseconds(50))
+            if appTable.threadRounds == appRounds, otherTable.threadRounds == otherRounds { break }
+            appRounds = appTable.threadRounds
+            otherRounds = otherTable.threadRounds
+        }
+        // A second observation of the same name (a holder's stop-request watch at each grant).
+        let appSecond = try app.signals.observe("role")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(appTable.threadRounds == appRounds, "the observing process's thread went round for the registration")
+        #expect(otherTable.threadRounds == otherRounds, "the other process's thread went round for the registration")
+        #expect(appTable.entryForTesting?.sleeping == group)
+        // Both of its observations get the other process's next post.
+        try other.signals.post("role", state: 7)
+        #expect(try await appFirst.next(deadline: .after(.seconds(10))).state == 7)
+        #expect(try await appSecond.next(deadline: .after(.seconds(10))).state == 7)
+        #expect(try await otherObservation.next(deadline: .after(.seconds(10))).state == 7)
+    }
+
     @Test("every post after the observation started is followed by a delivery; posts coalesce")
     func deliveriesFollowPosts() async throws {
         let directory = try TemporaryContainer()
