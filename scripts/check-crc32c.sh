@@ -37,12 +37,12 @@ run() {
 TEST="$ROOT/scripts/crc32c/crc32c-test.c"
 INCLUDE=(-I "$ROOT/Sources/CBatonShims/include")
 
-clang -O2 -Wall -Werror "${INCLUDE[@]}" "$TEST" -o "$WORK/native"
+clang -O2 -Wall -Werror -pthread "${INCLUDE[@]}" "$TEST" -o "$WORK/native"
 expect=--expect-sw
 grep -qw sse4_2 /proc/cpuinfo && expect=--expect-hw
 run "native ($(uname -m))" "$WORK/native" "$expect"
 
-clang --target=aarch64-linux-gnu -O2 -Wall -Werror "${INCLUDE[@]}" "$TEST" -o "$WORK/arm64"
+clang --target=aarch64-linux-gnu -O2 -Wall -Werror -pthread "${INCLUDE[@]}" "$TEST" -o "$WORK/arm64"
 for cpu in max cortex-a53; do
   run "aarch64 Linux under qemu-aarch64 -cpu $cpu" qemu-aarch64 -cpu "$cpu" -L "$SYSROOT" "$WORK/arm64" --expect-hw
 done

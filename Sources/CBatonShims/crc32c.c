@@ -42,8 +42,9 @@ static uint32_t baton_crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
     return ~crc;
 }
 
-// The instructions take three cycles each on a 64-bit word and can start one every cycle, so
-// one chain of them runs at a third of the processor's pace. Long inputs are cut into three
+// The instructions take several cycles each but can start one every cycle (three and one on
+// x86-64), so one chain of them, each waiting for the one before, runs at a fraction of the
+// processor's pace. Long inputs are cut into three
 // interleaved streams of `BATON_CRC_STREAM` bytes whose CRCs are computed side by side, then
 // joined: for the CRC register (before the final inversion), running over a block B from a
 // value r gives shift_B(r) ^ crc(0, B), where shift_B, running over |B| zero bytes, is linear in
@@ -52,7 +53,8 @@ static uint32_t baton_crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
 #if defined(__x86_64__) || defined(__aarch64__) || defined(__arm64__)
 #define BATON_CRC_STREAM 256
 static uint32_t baton_crc_shift[4][256];
-static int baton_crc_shift_ready = 0;
+/// 0: not built, 1: being built (by one thread), 2: ready.
+static int baton_crc_shift_state = 0;
 
 /// Runs the CRC register `r` over `n` zero bytes, a bit at a time (for building the tables).
 static uint32_t baton_crc_zeros_slow(uint32_t r, size_t n) {
@@ -70,7 +72,19 @@ static void baton_crc_init_shift(void) {
             baton_crc_shift[k][v] = r;
         }
     }
-    __atomic_store_n(&baton_crc_shift_ready, 1, __ATOMIC_RELEASE);
+}
+
+/// Whether the shift table is ready, building it on first use. One thread builds it; another
+/// that comes meanwhile runs one chain this time rather than wait.
+static int baton_crc_shift_available(void) {
+    int state = __atomic_load_n(&baton_crc_shift_state, __ATOMIC_ACQUIRE);
+    if (state == 2) return 1;
+    if (state == 1 || !__atomic_compare_exchange_n(&baton_crc_shift_state, &state, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        return 0;
+    }
+    baton_crc_init_shift();
+    __atomic_store_n(&baton_crc_shift_state, 2, __ATOMIC_RELEASE);
+    return 1;
 }
 
 /// shift for BATON_CRC_STREAM zero bytes of the register `r`.
@@ -85,8 +99,7 @@ static inline uint32_t baton_crc_shift_stream(uint32_t r) {
 __attribute__((target("sse4.2")))
 static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = ~crc;
-    if (n >= 3 * BATON_CRC_STREAM) {
-        if (!__atomic_load_n(&baton_crc_shift_ready, __ATOMIC_ACQUIRE)) baton_crc_init_shift();
+    if (n >= 3 * BATON_CRC_STREAM && baton_crc_shift_available()) {
         do {
             uint64_t c1 = 0, c2 = 0;
             for (size_t i = 0; i < BATON_CRC_STREAM; i += 8) {
@@ -125,8 +138,7 @@ static int baton_crc32c_hw_available(void) { return __builtin_cpu_supports("sse4
 __attribute__((target("crc")))
 static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint32_t c = ~crc;
-    if (n >= 3 * BATON_CRC_STREAM) {
-        if (!__atomic_load_n(&baton_crc_shift_ready, __ATOMIC_ACQUIRE)) baton_crc_init_shift();
+    if (n >= 3 * BATON_CRC_STREAM && baton_crc_shift_available()) {
         do {
             uint32_t c1 = 0, c2 = 0;
             for (size_t i = 0; i < BATON_CRC_STREAM; i += 8) {

@@ -710,9 +710,10 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         // new entry or a new table (or its first observer, which starts it). An observer in a
         // bit already watched needs nothing: a post to its name rings the word the thread
         // sleeps on, and the round it wakes for delivers to every observer that is behind. A
-        // wake would ring that word, a group word shared with the other processes that watch
-        // the bit: a role's holder starting to watch for stop requests, at every grant, woke
-        // every process that observes the role (3% of the processor time of a preemption loop).
+        // wake would ring that word: its doorbell, or a group word shared with the other
+        // processes asleep there. A role's holder starting to watch for stop requests, at every
+        // grant, so woke its own thread and those processes for nothing (3% of the processor
+        // samples of a preemption loop).
         if moved { thread.wake() }
         return Registration(table: self, id: id)
     }
