@@ -94,39 +94,16 @@ static inline uint32_t baton_crc_shift_stream(uint32_t r) {
 }
 #endif
 
+// The processor's instructions, one step of 8 bytes and one of a byte each, compiled for the
+// feature they need (BATON_CRC_TARGET); the one loop below runs on both.
 #if defined(__x86_64__)
 #define BATON_CRC32C_HAS_HW 1
-__attribute__((target("sse4.2")))
-static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
-    uint64_t c = ~crc;
-    if (n >= 3 * BATON_CRC_STREAM && baton_crc_shift_available()) {
-        do {
-            uint64_t c1 = 0, c2 = 0;
-            for (size_t i = 0; i < BATON_CRC_STREAM; i += 8) {
-                uint64_t w0, w1, w2;
-                __builtin_memcpy(&w0, p + i, 8);
-                __builtin_memcpy(&w1, p + BATON_CRC_STREAM + i, 8);
-                __builtin_memcpy(&w2, p + 2 * BATON_CRC_STREAM + i, 8);
-                c = __builtin_ia32_crc32di(c, w0);
-                c1 = __builtin_ia32_crc32di(c1, w1);
-                c2 = __builtin_ia32_crc32di(c2, w2);
-            }
-            c = baton_crc_shift_stream((uint32_t)c) ^ (uint32_t)c1;
-            c = baton_crc_shift_stream((uint32_t)c) ^ (uint32_t)c2;
-            p += 3 * BATON_CRC_STREAM;
-            n -= 3 * BATON_CRC_STREAM;
-        } while (n >= 3 * BATON_CRC_STREAM);
-    }
-    while (n >= 8) {
-        uint64_t word;
-        __builtin_memcpy(&word, p, 8);
-        c = __builtin_ia32_crc32di(c, word);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return ~c32;
+#define BATON_CRC_TARGET __attribute__((target("sse4.2")))
+BATON_CRC_TARGET static inline uint32_t baton_crc_step8(uint32_t c, uint64_t word) {
+    return (uint32_t)__builtin_ia32_crc32di(c, word);
+}
+BATON_CRC_TARGET static inline uint32_t baton_crc_step1(uint32_t c, uint8_t byte) {
+    return __builtin_ia32_crc32qi(c, byte);
 }
 
 static int baton_crc32c_hw_available(void) { return __builtin_cpu_supports("sse4.2"); }
@@ -135,7 +112,19 @@ static int baton_crc32c_hw_available(void) { return __builtin_cpu_supports("sse4
 // CRC32CX and CRC32CB (the ARM ARM's CRC32C instructions, clang's __builtin_arm_crc32cd and
 // __builtin_arm_crc32cb): the same polynomial, reflected, as SSE4.2's CRC32. A little-endian
 // load of 8 bytes feeds them in memory order.
-__attribute__((target("crc")))
+#define BATON_CRC_TARGET __attribute__((target("crc")))
+BATON_CRC_TARGET static inline uint32_t baton_crc_step8(uint32_t c, uint64_t word) {
+    return __builtin_arm_crc32cd(c, word);
+}
+BATON_CRC_TARGET static inline uint32_t baton_crc_step1(uint32_t c, uint8_t byte) {
+    return __builtin_arm_crc32cb(c, byte);
+}
+
+static int baton_crc32c_hw_available(void) { return baton_cpu_has_crc32(); }
+#endif
+
+#if defined(BATON_CRC32C_HAS_HW)
+BATON_CRC_TARGET
 static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint32_t c = ~crc;
     if (n >= 3 * BATON_CRC_STREAM && baton_crc_shift_available()) {
@@ -146,9 +135,9 @@ static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
                 __builtin_memcpy(&w0, p + i, 8);
                 __builtin_memcpy(&w1, p + BATON_CRC_STREAM + i, 8);
                 __builtin_memcpy(&w2, p + 2 * BATON_CRC_STREAM + i, 8);
-                c = __builtin_arm_crc32cd(c, w0);
-                c1 = __builtin_arm_crc32cd(c1, w1);
-                c2 = __builtin_arm_crc32cd(c2, w2);
+                c = baton_crc_step8(c, w0);
+                c1 = baton_crc_step8(c1, w1);
+                c2 = baton_crc_step8(c2, w2);
             }
             c = baton_crc_shift_stream(c) ^ c1;
             c = baton_crc_shift_stream(c) ^ c2;
@@ -159,15 +148,13 @@ static uint32_t baton_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     while (n >= 8) {
         uint64_t word;
         __builtin_memcpy(&word, p, 8);
-        c = __builtin_arm_crc32cd(c, word);
+        c = baton_crc_step8(c, word);
         p += 8;
         n -= 8;
     }
-    while (n--) c = __builtin_arm_crc32cb(c, *p++);
+    while (n--) c = baton_crc_step1(c, *p++);
     return ~c;
 }
-
-static int baton_crc32c_hw_available(void) { return baton_cpu_has_crc32(); }
 #endif
 
 #if defined(BATON_CRC32C_HAS_HW)
