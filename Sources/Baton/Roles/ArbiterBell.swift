@@ -100,12 +100,7 @@ final class ArbiterBell: Sendable {
     /// (monotonic nanoseconds, ``baton_monotonic_ns()``; false). No spin: a holder takes tens of
     /// microseconds at least to close what it holds and release.
     func waitForChange(after seen: UInt32, until end: UInt64) -> Bool {
-        while baton_load32(changes) == seen {
-            let now = baton_monotonic_ns()
-            guard now < end else { return false }
-            _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: Int64(end - now))
-        }
-        return true
+        Self.wait(on: changes, after: seen, spinningUntil: 0, until: end)
     }
 
     /// Waits until the release word moves past `seen`, watching it on the processor until
@@ -113,14 +108,21 @@ final class ArbiterBell: Sendable {
     /// ``baton_monotonic_ns()``), or returns at `end`. A wake may be spurious: the caller tries
     /// the lock again either way.
     func wait(after seen: UInt32, spinningUntil spinEnd: UInt64, until end: UInt64) {
-        while baton_load32(releases) == seen {
+        _ = Self.wait(on: releases, after: seen, spinningUntil: spinEnd, until: end)
+    }
+
+    /// The watch of both words: until `word` moves past `seen` (true) or `end` passes (false),
+    /// on the processor until `spinEnd`, then asleep in the kernel.
+    private static func wait(on word: UnsafeMutablePointer<UInt32>, after seen: UInt32, spinningUntil spinEnd: UInt64, until end: UInt64) -> Bool {
+        while baton_load32(word) == seen {
             let now = baton_monotonic_ns()
-            guard now < end else { return }
+            guard now < end else { return false }
             if now < spinEnd {
                 for _ in 0..<32 { baton_cpu_relax() }
                 continue
             }
-            _ = AddressWait.wait(on: releases, expecting: seen, timeoutNanoseconds: Int64(end - now))
+            _ = AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: Int64(end - now))
         }
+        return true
     }
 }
