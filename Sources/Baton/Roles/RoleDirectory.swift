@@ -40,6 +40,13 @@ final class RoleDirectory: Sendable {
         /// Set by a transition that wrote the record; read (and cleared) where the arbiter is
         /// unlocked, which then rings the bell's change word.
         var wroteRecord = false
+
+        /// Whether a transition wrote the record since the last call (clearing it): what the
+        /// unlock that follows tells the bell.
+        mutating func takeWroteRecord() -> Bool {
+            defer { wroteRecord = false }
+            return wroteRecord
+        }
     }
 
     // The record's mapping; holding this mutex is the in-process half of the arbiter lock.
@@ -276,8 +283,7 @@ final class RoleDirectory: Sendable {
         try descriptors.withLock { descriptors -> R? in
             guard try Sys.tryFlock(bell.fd, operation).get("locking the arbiter of role \(name)") else { return nil }
             defer {
-                let changed = descriptors.wroteRecord
-                descriptors.wroteRecord = false
+                let changed = descriptors.takeWroteRecord()
                 _ = Sys.flock(bell.fd, LOCK_UN)
                 bell.ring(changed: changed)
             }
@@ -299,10 +305,7 @@ final class RoleDirectory: Sendable {
         var changed = false
         let result = Result {
             try descriptors.withLock { descriptors in
-                defer {
-                    changed = descriptors.wroteRecord
-                    descriptors.wroteRecord = false
-                }
+                defer { changed = descriptors.takeWroteRecord() }
                 return try body(&descriptors)
             }
         }
