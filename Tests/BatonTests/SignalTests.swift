@@ -32,6 +32,32 @@ struct SignalTests {
         SignalTable.sleepsOnGroup + UInt32(interest.trailingZeroBitCount)
     }
 
+    /// To the table, two processes (`app` and `other`) that both observe `"role"`, asleep on its
+    /// group word: the processes of a role between hand-overs.
+    struct TwoAsleepOnTheGroupWord {
+        let directory: TemporaryContainer
+        let app: SharedContainer, other: SharedContainer
+        let appTable: SignalTable, otherTable: SignalTable
+        let appObservation: SignalObservation, otherObservation: SignalObservation
+        /// The entry's "sleeping" word for that group word.
+        let group: UInt32
+
+        init() async throws {
+            directory = try TemporaryContainer()
+            app = try SharedContainer(path: directory.path)
+            other = try SharedContainer(path: directory.path)
+            let appTable = try SignalTests.table(app), otherTable = try SignalTests.table(other)
+            (self.appTable, self.otherTable) = (appTable, otherTable)
+            appObservation = try app.signals.observe("role")
+            otherObservation = try other.signals.observe("role")
+            let group = SignalTests.groupWord(try #require(appTable.entryForTesting).interest)
+            self.group = group
+            try await eventually("both asleep on the group word") {
+                appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
+            }
+        }
+    }
+
     /// Sleeping watchers as posters see them: each process entry in use with the word its
     /// thread may sleep on (0 awake, 1 its doorbell, 2 + b group word b) and its interest.
     static func sleepingEntries(_ path: String) throws -> [(sleeping: UInt32, interest: UInt64)] {
@@ -104,17 +130,10 @@ struct SignalTests {
 
     @Test("a process that posts in the bit it observes sleeps on its doorbell: its own posts no longer wake its thread")
     func postersSleepOnTheirDoorbell() async throws {
-        let directory = try TemporaryContainer()
-        // To the table, two processes that both observe and post one name, as the processes of
-        // a role do.
-        let app = try SharedContainer(path: directory.path), other = try SharedContainer(path: directory.path)
-        let appTable = try Self.table(app), otherTable = try Self.table(other)
-        let appObservation = try app.signals.observe("role")
-        let otherObservation = try other.signals.observe("role")
-        let group = Self.groupWord(try #require(appTable.entryForTesting).interest)
-        try await eventually("both asleep on the group word") {
-            appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
-        }
+        // Two processes that both observe and post one name, as the processes of a role do.
+        let two = try await TwoAsleepOnTheGroupWord()
+        let (app, other, appTable, otherTable) = (two.app, two.other, two.appTable, two.otherTable)
+        let (appObservation, otherObservation, group) = (two.appObservation, two.otherObservation, two.group)
         // The first post rings the group word the poster's own thread sleeps on; the thread
         // goes round and sleeps on its doorbell from then on.
         try app.signals.post("role", state: 1)
@@ -138,17 +157,9 @@ struct SignalTests {
 
     @Test("observing a name in a bit the process already watches wakes no thread, in it or in the other processes of the group; the new observation still gets the next post")
     func anObservationInAWatchedBitWakesNoThread() async throws {
-        let directory = try TemporaryContainer()
-        // To the table, two processes asleep on the group word of one name, as the processes of
-        // a role are between hand-overs.
-        let app = try SharedContainer(path: directory.path), other = try SharedContainer(path: directory.path)
-        let appTable = try Self.table(app), otherTable = try Self.table(other)
-        let appFirst = try app.signals.observe("role")
-        let otherObservation = try other.signals.observe("role")
-        let group = Self.groupWord(try #require(appTable.entryForTesting).interest)
-        try await eventually("both asleep on the group word") {
-            appTable.entryForTesting?.sleeping == group && otherTable.entryForTesting?.sleeping == group
-        }
+        let two = try await TwoAsleepOnTheGroupWord()
+        let (app, other, appTable, otherTable) = (two.app, two.other, two.appTable, two.otherTable)
+        let (appFirst, otherObservation, group) = (two.appObservation, two.otherObservation, two.group)
         // Settled: no round for a moment.
         var appRounds = appTable.threadRounds, otherRounds = otherTable.threadRounds
         for _ in 0..<20 {
