@@ -33,6 +33,12 @@ final class DefaultsStore: Sendable {
     /// This store's ``sizeCheckInterval`` (nanoseconds): longer in a test, which then counts
     /// the checks without depending on how fast the machine runs.
     let sizeCheckNanoseconds = Atomic<UInt64>(DefaultsStore.sizeCheckInterval)
+
+    /// Whether a size check made at `checkedAt` is older than ``sizeCheckNanoseconds`` at `now`
+    /// (both monotonic nanoseconds): the rule writes and catch-ups share.
+    private func isSizeCheckDue(since checkedAt: UInt64, now: UInt64) -> Bool {
+        now &- checkedAt >= sizeCheckNanoseconds.load(ordering: .relaxed)
+    }
     /// How many times this process caught up with another process's writes, and how many of
     /// those checked the log's size with an fstat (for tests: see ``sizeCheckInterval``).
     let catchUps = Atomic<Int>(0)
@@ -432,7 +438,7 @@ final class DefaultsStore: Sendable {
         catchUps.add(1, ordering: .relaxed)
         let now = baton_monotonic_ns()
         var size: Int?
-        if length > state.capacity || !state.log.isGuarded || now &- state.sizeCheckedAt >= sizeCheckNanoseconds.load(ordering: .relaxed) {
+        if length > state.capacity || !state.log.isGuarded || isSizeCheckDue(since: state.sizeCheckedAt, now: now) {
             catchUpSizeChecks.add(1, ordering: .relaxed)
             let checked = try state.log.fileSize()
             state.sizeCheckedAt = now
@@ -669,7 +675,7 @@ final class DefaultsStore: Sendable {
             // with them: a touch past a cut would only make the mapping guard extend the file
             // again, hiding the cut from that check.
             let now = baton_monotonic_ns()
-            if now &- state.sizeCheckedAt >= sizeCheckNanoseconds.load(ordering: .relaxed) {
+            if isSizeCheckDue(since: state.sizeCheckedAt, now: now) {
                 guard let size = try? state.log.fileSize(), size >= state.capacity else { return }
                 state.sizeCheckedAt = now
             }
@@ -689,7 +695,7 @@ final class DefaultsStore: Sendable {
         defer { DefaultsWriteLock.unlock(meta, token: token, tokens: container.owners) }
         var committed = baton_load64(meta.committed)
         let now = baton_monotonic_ns()
-        if now &- state.sizeCheckedAt >= sizeCheckNanoseconds.load(ordering: .relaxed),
+        if isSizeCheckDue(since: state.sizeCheckedAt, now: now),
            committed >> DefaultsLogFormat.lengthBits == state.generation & DefaultsLogFormat.generationMask || state.wordDisagrees {
             // One fstat before touching the mapping: a log cut short by another program would
             // fault (SIGBUS) on the append. At most once per interval (a system call costs more
