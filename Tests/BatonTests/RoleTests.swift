@@ -535,9 +535,14 @@ struct RoleTests {
             directory.bell.changeWatcherCount == 1 && directory.handOverWatches.load(ordering: .relaxed) == 1
         }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 0)
+        let table = try SignalTests.table(role.core.container)
+        let rounds = table.threadRounds
         executor.signal(SIGCONT)
         let lease = try await within(20, "the acquisition after the holder's release") { try await handOver.acquisition.value }
         #expect(directory.handOverWatchWakes.load(ordering: .relaxed) == 1, "the release did not wake the watch")
+        // Nor did it wake this process's signal thread: an acquisition listens to the role's
+        // signal only from its first wait past the watch.
+        #expect(table.threadRounds == rounds, "the holder's release woke the signal thread of the process whose watch it wakes")
         #expect(directory.handOverWatches.load(ordering: .relaxed) == 1, "the acquisition watched more than once")
         #expect(directory.bell.changeWatcherCount == 0, "the watch did not uncount itself")
         _ = try await executor.line(timeout: 30, matching: Self.event("released"))
@@ -552,6 +557,35 @@ struct RoleTests {
         let again = try await role.acquire(priority: .main, deadline: .after(.seconds(5)))
         await again.release()
         #expect(directory.bell.changeCount() &- changes == 2)
+    }
+
+    /// An acquisition listens to the role's signal (and to the close events of its directory)
+    /// only while it waits: once it returns, the role's rings by other processes wake no thread
+    /// of this one. (It used to listen for the rest of the process's life: every acquisition and
+    /// release by anyone woke its signal thread.)
+    @Test func anAcquisitionThatWaitedStopsListeningWhenItReturns() async throws {
+        let dir = try TemporaryContainer()
+        let container = try SharedContainer(path: dir.path)
+        let role = try container.role()
+        let holder = try ChildProcess(["role", "acquire", "--priority", "200", "--hold", "1"], container: dir.path)
+        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
+        // Below the holder's priority: it waits on the role's signal until the holder's time is up.
+        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(30)))
+        await lease.release()
+        #expect(try await holder.wait() == 0)
+        let table = try SignalTests.table(container)
+        #expect(table.threadRounds > 0, "the acquisition did not wait on the role's signal")
+        var rounds = table.threadRounds
+        for _ in 0..<20 {
+            try await Task.sleep(for: .milliseconds(50))
+            if table.threadRounds == rounds { break }
+            rounds = table.threadRounds
+        }
+        for _ in 0..<3 {
+            #expect(try await runBaton(["signal", "post", role.core.signalName], container: dir.path).status == 0)
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(table.threadRounds == rounds, "a ring of the role woke the signal thread of a process no longer waiting for it")
     }
 
     /// A holder that does not release within the hand-over watch's bound holds the asking

@@ -181,6 +181,38 @@ struct SignalTests {
         #expect(try await otherObservation.next(deadline: .after(.seconds(10))).state == 7)
     }
 
+    @Test("observing a name in a new bit wakes no thread of a process asleep on its doorbell (a poster in its bit: a role's acquirer between waits); the new observation gets the next post")
+    func anObservationInANewBitWakesNoThreadAsleepOnItsDoorbell() async throws {
+        let two = try await TwoAsleepOnTheGroupWord()
+        let (app, other, appTable) = (two.app, two.other, two.appTable)
+        // The app posts in its bit: it moves to its doorbell.
+        try app.signals.post("role", state: 1)
+        #expect(try await two.otherObservation.next(deadline: .after(.seconds(10))).state == 1)
+        try await eventually("the poster on its doorbell") { appTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell }
+        var rounds = appTable.threadRounds
+        for _ in 0..<20 {
+            try await Task.sleep(for: .milliseconds(50))
+            if appTable.threadRounds == rounds { break }
+            rounds = appTable.threadRounds
+        }
+        // A name in a bit it does not watch yet (names are tried until one adds a bit).
+        let interest = try #require(appTable.entryForTesting).interest
+        var observation: SignalObservation?
+        var name = ""
+        for index in 0..<64 where observation == nil {
+            name = "other-\(index)"
+            let candidate = try app.signals.observe(name)
+            if try #require(appTable.entryForTesting).interest != interest { observation = candidate }
+        }
+        let added = try #require(observation, "no name fell outside the watched bit")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(appTable.threadRounds == rounds, "the thread asleep on its doorbell went round for the registration")
+        #expect(appTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell)
+        // The other process's post of the new name rings that doorbell.
+        try other.signals.post(name, state: 9)
+        #expect(try await added.next(deadline: .after(.seconds(10))).state == 9)
+    }
+
     @Test("every post after the observation started is followed by a delivery; posts coalesce")
     func deliveriesFollowPosts() async throws {
         let directory = try TemporaryContainer()

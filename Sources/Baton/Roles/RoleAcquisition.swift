@@ -19,7 +19,9 @@ import Synchronization
 /// by the signal's and the close events' counters and one timer (``EventCounter/waitAny``): the
 /// thread that sees the event resumes the acquisition, with no task group in between. Right
 /// after asking a live holder to stop, it first sleeps on its own thread for a short while
-/// (``RoleDirectory/handOverWatch``), where the holder's release wakes it directly.
+/// (``RoleDirectory/handOverWatch``), where the holder's release wakes it directly; it listens
+/// to the signal and the close events only from its first wait past that (``WaitSources``), and
+/// stops when it returns.
 extension RoleCore {
     private enum Decision {
         /// `replaced`: the record named a holder (another process's, alive or not, or this
@@ -80,12 +82,8 @@ extension RoleCore {
         let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
         var retryIndex = quickRetries.count
         var shortWaits = 0
-        var sources = existingWaitSources
-        if let sources {
-            // Drop a delivery left over from before this call (often this process's own last
-            // release): the first pass below reads the record anyway.
-            _ = try? await sources.observation.next(deadline: .after(.zero))
-        }
+        // Created at the first wait that sleeps on them, released with this call.
+        var sources: WaitSources? = nil
         var filesSeen: UInt64 = 0
         // Whether this acquisition has watched for the asked holder's release on its own thread
         // (``RoleDirectory/handOverWatch``): once at most.
@@ -132,16 +130,17 @@ extension RoleCore {
                     }
                     throw BatonError(.busy, "role \(name) is busy: \(blocker); it cannot be acquired at priority \(priority) until that process releases or leaves")
                 }
+                if postedStop, entitled, byHolder, !watchedHandOver {
+                    // This process asked a live holder to stop: its release will write the
+                    // record, which wakes this thread (the role's signal rings as well, which
+                    // this process does not observe yet: its signal thread sleeps on).
+                    watchedHandOver = true
+                    if directory.watchForChange(after: changesSeen, deadline: deadline, until: until) { continue }
+                }
                 guard let current = sources else {
                     // First wait: start listening, then look again before sleeping.
                     sources = try waitSources()
                     continue
-                }
-                if postedStop, entitled, byHolder, !watchedHandOver {
-                    // This process asked a live holder to stop: its release will write the
-                    // record, which wakes this thread (the role's signal still rings as well).
-                    watchedHandOver = true
-                    if directory.watchForChange(after: changesSeen, deadline: deadline, until: until) { continue }
                 }
                 if byHolder, retryIndex < quickRetries.count {
                     // A close was reported: the kernel drops a dying holder's lock just after.

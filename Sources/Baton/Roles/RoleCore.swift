@@ -62,7 +62,6 @@ final class RoleCore: Sendable {
     let state = Mutex(State())
     /// The state this process last posted with the role's signal (pid in the high half).
     private let lastRing = Mutex<UInt64>(0)
-    private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
 
@@ -425,24 +424,24 @@ final class RoleCore: Sendable {
 
     // MARK: Waiting
 
-    /// What an acquisition waits on, created once per process and role and used by one
-    /// acquisition at a time (the one holding the process's turn).
+    /// What an acquisition sleeps on: the role's signal and the close events of the role's
+    /// directory. Created by an acquisition when it first has to sleep, and released when it
+    /// ends: a process observes the role only while one of its acquisitions waits (a holder's
+    /// stop-request watch observes it on its own). Kept for the process's life, as they were
+    /// before, they woke its signal thread at every later ring of the role by any process, and
+    /// its file-event thread at every close of a lock file there: in a hand-over, the release
+    /// that the new holder's thread waits for also woke that process's signal thread, which
+    /// then ran first on the processor the new holder needed.
     struct WaitSources: Sendable {
         let observation: SignalObservation
         let files: FileEvents.Subscription
     }
 
-    /// The wait sources if an earlier acquisition created them (they have listened since).
-    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
-
+    /// Starts listening; the caller reads the record again before it sleeps (a change made
+    /// before this is in what that pass reads).
     func waitSources() throws -> WaitSources {
-        try waitSourcesCache.withLock { cache in
-            if let cache { return cache }
-            let sources = WaitSources(
-                observation: try container.signals.observe(signalName),
-                files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), interest: .writerGoneInDirectory))
-            cache = sources
-            return sources
-        }
+        WaitSources(
+            observation: try container.signals.observe(signalName),
+            files: try FileEvents.shared.subscribe(path: container.absolutePath(directory.path), interest: .writerGoneInDirectory))
     }
 }

@@ -695,8 +695,17 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             let bit = slot % Self.entryCount
             state.bitCounts[bit] += 1
             if state.bitCounts[bit] == 1 {
-                moved = true
-                if let entry = state.entry { baton_or64(entryInterest(state.map, entry), UInt64(1) << UInt64(bit)) }
+                if let entry = state.entry {
+                    baton_or64(entryInterest(state.map, entry), UInt64(1) << UInt64(bit))
+                    // A thread asleep on its doorbell stays there (it sleeps on a group word
+                    // only with one interest bit): a post to the new bit rings that doorbell
+                    // (the interest, set just now, comes before the baseline read below), and
+                    // the round it wakes for delivers to this observer. Anywhere else (a group
+                    // word, parked with nothing observed, in a round: 0) it goes round.
+                    if baton_load32(entryWord(state.map, entry, 8)) != Self.sleepsOnDoorbell { moved = true }
+                } else {
+                    moved = true
+                }
             }
             // Count as an observer of the slot first, then read the baseline: a post that
             // misses the observer count is already in the baseline.
@@ -706,14 +715,14 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             state.observers[state.nextID] = Observed(observer: observer, slot: slot, lastSeen: baseline)
             return (state.nextID, moved)
         }
-        // The thread goes round only when where it sleeps may change: a new interest bit, a
-        // new entry or a new table (or its first observer, which starts it). An observer in a
-        // bit already watched needs nothing: a post to its name rings the word the thread
-        // sleeps on, and the round it wakes for delivers to every observer that is behind. A
-        // wake would ring that word: its doorbell, or a group word shared with the other
-        // processes asleep there. A role's holder starting to watch for stop requests, at every
-        // grant, so woke its own thread and those processes for nothing (3% of the processor
-        // samples of a preemption loop).
+        // The thread goes round only when where it sleeps may change: a new interest bit
+        // (unless it sleeps on its doorbell, see above), a new entry or a new table (or its
+        // first observer, which starts it). An observer in a bit already watched needs nothing:
+        // a post to its name rings the word the thread sleeps on, and the round it wakes for
+        // delivers to every observer that is behind. A wake would ring that word: its doorbell,
+        // or a group word shared with the other processes asleep there. A role's holder starting
+        // to watch for stop requests, at every grant, so woke its own thread and those processes
+        // for nothing (3% of the processor samples of a preemption loop).
         if moved { thread.wake() }
         return Registration(table: self, id: id)
     }
