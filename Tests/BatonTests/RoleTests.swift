@@ -559,35 +559,6 @@ struct RoleTests {
         #expect(directory.bell.changeCount() &- changes == 2)
     }
 
-    /// An acquisition listens to the role's signal (and to the close events of its directory)
-    /// only while it waits: once it returns, the role's rings by other processes wake no thread
-    /// of this one. (It used to listen for the rest of the process's life: every acquisition and
-    /// release by anyone woke its signal thread.)
-    @Test func anAcquisitionThatWaitedStopsListeningWhenItReturns() async throws {
-        let dir = try TemporaryContainer()
-        let container = try SharedContainer(path: dir.path)
-        let role = try container.role()
-        let holder = try ChildProcess(["role", "acquire", "--priority", "200", "--hold", "1"], container: dir.path)
-        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
-        // Below the holder's priority: it waits on the role's signal until the holder's time is up.
-        let lease = try await role.acquire(priority: .main, deadline: .after(.seconds(30)))
-        await lease.release()
-        #expect(try await holder.wait() == 0)
-        let table = try SignalTests.table(container)
-        #expect(table.threadRounds > 0, "the acquisition did not wait on the role's signal")
-        var rounds = table.threadRounds
-        for _ in 0..<20 {
-            try await Task.sleep(for: .milliseconds(50))
-            if table.threadRounds == rounds { break }
-            rounds = table.threadRounds
-        }
-        for _ in 0..<3 {
-            #expect(try await runBaton(["signal", "post", role.core.signalName], container: dir.path).status == 0)
-        }
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(table.threadRounds == rounds, "a ring of the role woke the signal thread of a process no longer waiting for it")
-    }
-
     /// A holder that does not release within the hand-over watch's bound holds the asking
     /// thread no longer than that: the acquisition leaves the watch, waits suspended, and gets
     /// the role when the holder lets go.

@@ -19,9 +19,9 @@ import Synchronization
 /// by the signal's and the close events' counters and one timer (``EventCounter/waitAny``): the
 /// thread that sees the event resumes the acquisition, with no task group in between. Right
 /// after asking a live holder to stop, it first sleeps on its own thread for a short while
-/// (``RoleDirectory/handOverWatch``), where the holder's release wakes it directly; it listens
-/// to the signal and the close events only from its first wait past that (``WaitSources``), and
-/// stops when it returns.
+/// (``RoleDirectory/handOverWatch``), where the holder's release wakes it directly; the signal
+/// and the close events (``WaitSources``) are listened to from the process's first wait past
+/// that.
 extension RoleCore {
     private enum Decision {
         /// `replaced`: the record named a holder (another process's, alive or not, or this
@@ -82,8 +82,13 @@ extension RoleCore {
         let quickRetries: [Duration] = [.microseconds(20), .microseconds(100)]
         var retryIndex = quickRetries.count
         var shortWaits = 0
-        // Created at the first wait that sleeps on them, released with this call.
-        var sources: WaitSources? = nil
+        // Kept from an earlier acquisition, or created at the first wait past the hand-over watch.
+        var sources = existingWaitSources
+        if let sources {
+            // Drop a delivery left over from before this call (often this process's own last
+            // release): the first pass below reads the record anyway.
+            _ = try? await sources.observation.next(deadline: .after(.zero))
+        }
         var filesSeen: UInt64 = 0
         // Whether this acquisition has watched for the asked holder's release on its own thread
         // (``RoleDirectory/handOverWatch``): once at most.
