@@ -32,6 +32,19 @@ struct SignalTests {
         SignalTable.sleepsOnGroup + UInt32(interest.trailingZeroBitCount)
     }
 
+    /// The signal threads' round counts once none of them went a round for 50 ms (a second at
+    /// most): settled, before a test counts the rounds something causes.
+    static func settledRounds(_ tables: SignalTable...) async throws -> [UInt64] {
+        var rounds = tables.map(\.threadRounds)
+        for _ in 0..<20 {
+            try await Task.sleep(for: .milliseconds(50))
+            let now = tables.map(\.threadRounds)
+            if now == rounds { break }
+            rounds = now
+        }
+        return rounds
+    }
+
     /// To the table, two processes (`app` and `other`) that both observe `"role"`, asleep on its
     /// group word: the processes of a role between hand-overs.
     struct TwoAsleepOnTheGroupWord {
@@ -160,14 +173,8 @@ struct SignalTests {
         let two = try await TwoAsleepOnTheGroupWord()
         let (app, other, appTable, otherTable) = (two.app, two.other, two.appTable, two.otherTable)
         let (appFirst, otherObservation, group) = (two.appObservation, two.otherObservation, two.group)
-        // Settled: no round for a moment.
-        var appRounds = appTable.threadRounds, otherRounds = otherTable.threadRounds
-        for _ in 0..<20 {
-            try await Task.sleep(for: .milliseconds(50))
-            if appTable.threadRounds == appRounds, otherTable.threadRounds == otherRounds { break }
-            appRounds = appTable.threadRounds
-            otherRounds = otherTable.threadRounds
-        }
+        let settled = try await Self.settledRounds(appTable, otherTable)
+        let (appRounds, otherRounds) = (settled[0], settled[1])
         // A second observation of the same name (a holder's stop-request watch at each grant).
         let appSecond = try app.signals.observe("role")
         try await Task.sleep(for: .milliseconds(200))
@@ -189,12 +196,7 @@ struct SignalTests {
         try app.signals.post("role", state: 1)
         #expect(try await two.otherObservation.next(deadline: .after(.seconds(10))).state == 1)
         try await eventually("the poster on its doorbell") { appTable.entryForTesting?.sleeping == SignalTable.sleepsOnDoorbell }
-        var rounds = appTable.threadRounds
-        for _ in 0..<20 {
-            try await Task.sleep(for: .milliseconds(50))
-            if appTable.threadRounds == rounds { break }
-            rounds = appTable.threadRounds
-        }
+        let rounds = try await Self.settledRounds(appTable)[0]
         // A name in a bit it does not watch yet (names are tried until one adds a bit).
         let interest = try #require(appTable.entryForTesting).interest
         var observation: SignalObservation?

@@ -138,7 +138,7 @@ extension RoleCore {
                 if postedStop, entitled, byHolder, !watchedHandOver {
                     // This process asked a live holder to stop: its release will write the
                     // record, which wakes this thread (the role's signal rings as well, which
-                    // this process does not observe yet: its signal thread sleeps on).
+                    // this process observes only if an earlier wait of it went past this watch).
                     watchedHandOver = true
                     if directory.watchForChange(after: changesSeen, deadline: deadline, until: until) { continue }
                 }

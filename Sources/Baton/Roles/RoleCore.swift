@@ -60,9 +60,9 @@ final class RoleCore: Sendable {
     }
 
     let state = Mutex(State())
-    private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// The state this process last posted with the role's signal (pid in the high half).
     private let lastRing = Mutex<UInt64>(0)
+    private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
 
@@ -440,6 +440,9 @@ final class RoleCore: Sendable {
         let files: FileEvents.Subscription
     }
 
+    /// The wait sources if an earlier acquisition created them (they have listened since).
+    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
+
     /// The wait sources; the caller reads the record again before it sleeps (a change made
     /// before they listened is in what that pass reads).
     func waitSources() throws -> WaitSources {
@@ -452,7 +455,4 @@ final class RoleCore: Sendable {
             return sources
         }
     }
-
-    /// The wait sources if an earlier acquisition created them.
-    var existingWaitSources: WaitSources? { waitSourcesCache.withLock { $0 } }
 }
