@@ -36,6 +36,7 @@ ROWS=[
 ('signals','post_to_wake_p99_us','futex_pingpong_p99_us','post to woken observer, p99','futex ping-pong','≤ 2 idle, ≤ 3 loaded'),
 ('signals','fanout16_last_wake_p50_us','futex_wake16_last_p50_us','last of 16 watching processes woken, p50','raw futex wake of 16 processes','≤ 2'),
 ('signals','fanout16_last_wake_p99_us','futex_wake16_last_p99_us','last of 16 watching processes woken, p99','raw futex wake of 16 processes','≤ 2'),
+('signals','fanout16_cpu_per_wake_us','futex_wake16_cpu_per_wake_us','processor time of each of the 16 processes per wake-up, median','raw futex waiter','diagnostic'),
 ('roles','preemption_p50_us','flock_handoff_plus_signal_p50_us','preemption to the grant, p50 (role code on `signals.executor`)','flock hand-off + signal','≤ 3'),
 ('roles','preemption_p99_us','flock_handoff_plus_signal_p99_us','preemption to the grant, p99','flock hand-off + signal','≤ 3'),
 ('roles','preemption_default_executor_p50_us','flock_handoff_plus_signal_p50_us','preemption to the grant, p50, global executor','flock hand-off + signal','—'),

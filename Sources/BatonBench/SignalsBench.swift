@@ -12,6 +12,9 @@ enum SignalsBench: BenchSuite {
 
     // Layout of the shared bench page.
     static let pingOffset = 0, fanOffset = 64, doneOffset = 128, stampOffset = 192, slotsOffset = 256
+    /// While nonzero, each fan-out worker writes its process's processor time in its slot at
+    /// `cpuSlotsOffset` when it reports (two rounds of a run: the first measured, the last).
+    static let cpuFlagOffset = 448, cpuSlotsOffset = 512
 
     static func run(container path: String, quick: Bool) async throws -> (results: [BenchResult], notes: [String: String]) {
         let container = try SharedContainer(path: path)
@@ -24,6 +27,7 @@ enum SignalsBench: BenchSuite {
         let blocks = 4
         var futexOneWay: [Double] = [], pipeOneWay: [Double] = [], signalOneWay: [Double] = []
         var fanFutex: [Double] = [], fanSignals: [Double] = []
+        var fanFutexCPU: [Double] = [], fanSignalsCPU: [Double] = []
         let signals = try container.signals
         for block in 1...blocks {
             FileHandleOutput.standardError("signals: block \(block)/\(blocks): ping-pongs (futex, pipe, Baton)")
@@ -31,13 +35,17 @@ enum SignalsBench: BenchSuite {
             pipeOneWay += try pingPongPipe(container: path, rounds: rounds / blocks)
             signalOneWay += try await pingPongSignals(container: container, path: path, rounds: rounds / blocks)
             FileHandleOutput.standardError("signals: block \(block)/\(blocks): fan-out to \(fanout) processes (futex, Baton)")
-            fanFutex += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "futex-fan", post: {
+            let futexRun = try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "futex-fan", post: {
                 baton_add32(word(shm, fanOffset), 1)
                 AddressWait.wakeAll(word(shm, fanOffset))
             })
-            fanSignals += try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "signal-fan", post: {
+            let signalsRun = try fanOut(container: path, shm: shm, rounds: fanRounds / blocks, mode: "signal-fan", post: {
                 try signals.post("bench.fan", state: monotonicNanoseconds())
             })
+            fanFutex += futexRun.samples
+            fanSignals += signalsRun.samples
+            fanFutexCPU += futexRun.processorPerWake
+            fanSignalsCPU += signalsRun.processorPerWake
         }
 
         let futexP50 = percentile(futexOneWay, 50), futexP99 = percentile(futexOneWay, 99)
@@ -46,12 +54,20 @@ enum SignalsBench: BenchSuite {
             BenchResult(name: "post_to_wake_p99_us", value: percentile(signalOneWay, 99), unit: "us", floorName: "futex_pingpong_p99_us", floor: futexP99),
             BenchResult(name: "fanout16_last_wake_p50_us", value: percentile(fanSignals, 50), unit: "us", floorName: "futex_wake16_last_p50_us", floor: percentile(fanFutex, 50)),
             BenchResult(name: "fanout16_last_wake_p99_us", value: percentile(fanSignals, 99), unit: "us", floorName: "futex_wake16_last_p99_us", floor: percentile(fanFutex, 99)),
+            BenchResult(name: "fanout16_cpu_per_wake_us", value: percentile(fanSignalsCPU, 50), unit: "us", floorName: "futex_wake16_cpu_per_wake_us", floor: percentile(fanFutexCPU, 50)),
             BenchResult(name: "pipe_pingpong_p50_us", value: percentile(pipeOneWay, 50), unit: "us", floorName: "futex_pingpong_p50_us", floor: futexP50),
         ]
         return (results, [
-            "method": "one-way latency = round trip / 2 between two processes (\(rounds) rounds after warm-up); fan-out = time until the last of \(fanout) sleeping processes wakes (\(fanRounds) rounds); floors and Baton alternate in \(blocks) blocks; Baton's observers run on Signals.executor (the signal thread)",
+            "method": "one-way latency = round trip / 2 between two processes (\(rounds) rounds after warm-up); fan-out = time until the last of \(fanout) sleeping processes wakes (\(fanRounds) rounds), and the processor time each of them spends per wake-up (median over the processes of their process time across the measured rounds, divided by the rounds); floors and Baton alternate in \(blocks) blocks; Baton's observers run on Signals.executor (the signal thread)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
         ])
+    }
+
+    /// The processor time this process has used, in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`).
+    static func processorNanoseconds() -> UInt64 {
+        var time = timespec()
+        guard clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time) == 0 else { return 0 }
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 
     static func word(_ shm: MappedFile, _ offset: Int) -> UnsafeMutablePointer<UInt32> {
@@ -127,9 +143,17 @@ enum SignalsBench: BenchSuite {
 
     // MARK: Fan-out
 
-    private static func fanOut(container: String, shm: MappedFile, rounds: Int, mode: String, post: () throws -> Void) throws -> [Double] {
+    /// One fan-out run: the time until the last worker woke, per round, and each worker's
+    /// processor time per round (µs) between the first measured round and the last.
+    private static func fanOut(container: String, shm: MappedFile, rounds: Int, mode: String, post: () throws -> Void) throws -> (samples: [Double], processorPerWake: [Double]) {
         let done = word(shm, doneOffset)
         baton_store32(done, 0)
+        let cpuFlag = word(shm, cpuFlagOffset)
+        baton_store32(cpuFlag, 0)
+        func processorTimes() -> [UInt64] {
+            (0..<fanout).map { baton_load64(shm.pointer.advanced(by: cpuSlotsOffset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }
+        }
+        var firstTimes: [UInt64] = [], lastTimes: [UInt64] = []
         let workers = try (0..<fanout).map { index in
             try WorkerProcess(suite: name, container: container, arguments: [mode, String(index)])
         }
@@ -139,15 +163,20 @@ enum SignalsBench: BenchSuite {
         let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
         for round in 1...(rounds + 5) {
             usleep(2_000) // let every worker go back to sleep
+            let timed = round == 6 || round == rounds + 5
+            baton_store32(cpuFlag, timed ? 1 : 0)
             baton_store64(stamp, monotonicNanoseconds())
             try post()
             waitUntil(done, equals: UInt32(round * fanout))
+            if round == 6 { firstTimes = processorTimes() }
+            if round == rounds + 5 { lastTimes = processorTimes() }
             if round > 5 {
                 let last = (0..<fanout).map { baton_load64(shm.pointer.advanced(by: slotsOffset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }.max()!
                 samples.append(Double(last) / 1_000)
             }
         }
-        return samples
+        let perWake = zip(firstTimes, lastTimes).map { Double($1 &- $0) / 1_000 / Double(max(rounds - 1, 1)) }
+        return (samples, perWake)
     }
 
     // MARK: Workers
@@ -183,8 +212,11 @@ enum SignalsBench: BenchSuite {
             let slot = shm.pointer.advanced(by: slotsOffset + index * 8).assumingMemoryBound(to: UInt64.self)
             let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
             let done = word(shm, doneOffset)
+            let cpuFlag = word(shm, cpuFlagOffset)
+            let cpuSlot = shm.pointer.advanced(by: cpuSlotsOffset + index * 8).assumingMemoryBound(to: UInt64.self)
             func report() {
                 baton_store64(slot, monotonicNanoseconds() &- baton_load64(stamp))
+                if baton_load32(cpuFlag) != 0 { baton_store64(cpuSlot, processorNanoseconds()) }
                 baton_add32(done, 1)
                 AddressWait.wakeAll(done)
             }

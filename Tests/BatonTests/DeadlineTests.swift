@@ -1,7 +1,7 @@
 import Baton
 import Testing
 
-@Suite("Deadlines from numbers of seconds")
+@Suite("Deadlines")
 struct DeadlineTests {
     @Test("NaN and negative numbers are invalidArgument", arguments: [Double.nan, -Double.nan, -1, -1e300, -Double.infinity, -Double.leastNonzeroMagnitude])
     func refused(seconds: Double) {
@@ -20,5 +20,25 @@ struct DeadlineTests {
         #expect(remaining > .seconds(1.5) && remaining <= .seconds(2))
         #expect(try Deadline.seconds(0).hasPassed)
         #expect(try Deadline.seconds(9e9) != .never)
+    }
+
+    @Test("a deadline gives back the instant it was made from, and orders and compares by it")
+    func instants() {
+        let now = ContinuousClock.now
+        let instants = [now, now - .seconds(3600), now + .nanoseconds(1), now + .seconds(86_400 * 365 * 100)]
+        for instant in instants {
+            #expect(Deadline(instant).instant == instant)
+            #expect(Deadline(instant) == Deadline(instant))
+            #expect(Deadline(instant).hashValue == Deadline(instant).hashValue)
+        }
+        #expect(Deadline(now) < Deadline(now + .nanoseconds(1)))
+        #expect(!(Deadline(now + .nanoseconds(1)) < Deadline(now)))
+        #expect(Deadline(now + .seconds(1)) < .never)
+        #expect(!(Deadline.never < Deadline(now)))
+        #expect(Deadline(now).earliest(.never) == Deadline(now))
+        #expect(Deadline.never.instant == nil && Deadline.never.remaining == nil && !Deadline.never.hasPassed)
+        #expect(Deadline(now - .seconds(1)).hasPassed)
+        #expect(Deadline(now - .seconds(1)).remaining == .zero)
+        #expect(!Deadline(now + .seconds(60)).hasPassed)
     }
 }

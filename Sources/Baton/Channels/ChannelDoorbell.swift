@@ -144,14 +144,14 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
     /// - Throws: `timedOut` at the deadline, `CancellationError` when cancelled.
     nonisolated(nonsending) func wait(after seen: UInt32, deadline: Deadline, spinning: Bool = true) async throws {
         try Task.checkCancellation()
-        if let instant = deadline.instant, ContinuousClock.now >= instant {
+        if deadline.hasPassed {
             if snapshot() != seen { return }
             throw Self.timedOut()
         }
         if spinning, spin(after: seen) { return }
         // On the channel executor's thread: that thread sleeps on the word itself.
         if try await ChannelExecutor.waitIfCurrent(self, after: seen, deadline: deadline.instant) { return }
-        try await thread.wait(after: seen, deadline: deadline.instant)
+        try await thread.wait(after: seen, deadlineTime: deadline.time)
     }
 
     static func timedOut() -> BatonError {

@@ -4,16 +4,24 @@ import CBatonShims
 /// Every blocking operation in Baton takes a deadline and is also cancellable. Build one from a
 /// duration (`.after(.seconds(2))`), from a ``TimeBudget`` when one exists, or use ``never``.
 public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
-    /// The instant on the continuous clock, or `nil` for no deadline.
-    public let instant: ContinuousClock.Instant?
+    /// The deadline as nanoseconds on the time base of Baton's wait threads
+    /// (``KernelWaitThread/time(_:)``), or `nil` for no deadline.
+    ///
+    /// Stored as a plain integer, not as a `ContinuousClock.Instant`: the standard library
+    /// does not fix that type's layout, so every copy of a deadline holding one went through
+    /// runtime type metadata, in every wait, `never` included.
+    package let time: Int64?
 
-    /// A deadline at the given instant.
-    public init(_ instant: ContinuousClock.Instant) { self.instant = instant }
+    /// The instant on the continuous clock, or `nil` for no deadline (to the nanosecond).
+    public var instant: ContinuousClock.Instant? { time.map(KernelWaitThread.instant) }
 
-    private init(never: Void) { self.instant = nil }
+    /// A deadline at the given instant (to the nanosecond).
+    public init(_ instant: ContinuousClock.Instant) { self.time = KernelWaitThread.time(instant) }
+
+    private init(time: Int64?) { self.time = time }
 
     /// No deadline: the wait ends only when it succeeds or its task is cancelled.
-    public static let never = Deadline(never: ())
+    public static var never: Deadline { Deadline(time: nil) }
 
     /// A deadline `duration` from now.
     public static func after(_ duration: Duration) -> Deadline {
@@ -39,22 +47,21 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
     /// Whether the deadline has passed.
     public var hasPassed: Bool {
-        guard let instant else { return false }
-        return ContinuousClock.now >= instant
+        guard let time else { return false }
+        return KernelWaitThread.now() >= time
     }
 
     /// Time left, `nil` for ``never``, zero when passed.
     public var remaining: Duration? {
-        guard let instant else { return nil }
-        let left = instant - ContinuousClock.now
-        return left < .zero ? .zero : left
+        guard let time else { return nil }
+        return .nanoseconds(max(0, time &- KernelWaitThread.now()))
     }
 
     /// The earlier of two deadlines.
     public func earliest(_ other: Deadline) -> Deadline { Swift.min(self, other) }
 
     public static func < (lhs: Deadline, rhs: Deadline) -> Bool {
-        switch (lhs.instant, rhs.instant) {
+        switch (lhs.time, rhs.time) {
         case (nil, _): return false
         case (_, nil): return true
         case let (l?, r?): return l < r

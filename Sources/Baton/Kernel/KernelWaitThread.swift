@@ -133,6 +133,9 @@ final class KernelWaitThread: @unchecked Sendable {
     /// `instant` as nanoseconds since ``origin``.
     static func time(_ instant: ContinuousClock.Instant) -> Int64 { (instant - origin).nanoseconds }
 
+    /// The instant `time` nanoseconds after ``origin``.
+    static func instant(_ time: Int64) -> ContinuousClock.Instant { origin.advanced(by: .nanoseconds(time)) }
+
     /// Now, as nanoseconds since ``origin``.
     static func now() -> Int64 { time(.now) }
 
@@ -158,8 +161,13 @@ final class KernelWaitThread: @unchecked Sendable {
     /// - Throws: The thread's timed-out error at the deadline; `CancellationError` when the task
     ///   is cancelled (or the thread was shut down).
     nonisolated(nonsending) func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
+        try await wait(after: seen, deadlineTime: deadline.map(Self.time))
+    }
+
+    /// ``wait(after:deadline:)`` with the deadline on the thread's time base (``time(_:)``,
+    /// ``Deadline/time``).
+    nonisolated(nonsending) func wait(after seen: UInt32?, deadlineTime time: Int64?) async throws {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        let time = deadline.map(Self.time)
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let registration = state.withLock { locked -> Registration in
@@ -194,8 +202,14 @@ final class KernelWaitThread: @unchecked Sendable {
     /// - Returns: The id to cancel it with.
     @discardableResult
     func schedule(at when: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
+        schedule(atTime: Self.time(when), fire)
+    }
+
+    /// ``schedule(at:_:)`` with the time on the thread's time base (``time(_:)``,
+    /// ``Deadline/time``).
+    @discardableResult
+    func schedule(atTime time: Int64, _ fire: @escaping @Sendable () -> Void) -> UInt64 {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        let time = Self.time(when)
         let admission = state.withLock { $0.machine.add(id: id, seen: nil, deadline: time, resumption: .callback(fire)) }
         if case .registered(let wake) = admission { perform(wake) }
         return id
@@ -257,21 +271,16 @@ final class KernelWaitThread: @unchecked Sendable {
         PromptWakeUps.requestForCurrentThread()
         while true {
             let privateSeen = baton_load32(privateWord)
-            guard let (sleep, watch) = goRound() else { return }
+            guard let plan = goRound() else { return }
             // A wake after `privateSeen` either found the place published by the round and rang
             // it, or bumped the private word before this look.
-            if baton_load32(privateWord) == privateSeen {
-                switch sleep {
-                case .exit:
-                    break
-                case .privateWord(let until):
-                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: Self.timeout(until: until))
-                case .sharedWord(let until):
-                    if let watch {
-                        withExtendedLifetime(watch.keepAlive) {
-                            _ = AddressWait.wait(on: watch.word, expecting: watch.expected, timeoutNanoseconds: Self.timeout(until: until))
-                        }
+            if plan.sleeps, baton_load32(privateWord) == privateSeen {
+                if let word = plan.word {
+                    withExtendedLifetime(plan.keepAlive) {
+                        _ = AddressWait.wait(on: word, expecting: plan.expected, timeoutNanoseconds: plan.timeout)
                     }
+                } else {
+                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: plan.timeout)
                 }
             }
             handOverTrace("waitthread.woke")
@@ -285,9 +294,9 @@ final class KernelWaitThread: @unchecked Sendable {
     /// One round of the thread: the source delivers and says where to sleep, the waits that
     /// are due end, and the machine publishes where the thread sleeps. Holds the source only
     /// here, so that the thread never keeps it alive while it sleeps.
-    /// - Returns: Where to sleep and the watch the source offered; `nil` when the thread ends
-    ///   (shut down, or its source is gone).
-    private func goRound() -> (sleep: KernelWaitState<Resumption, KernelWaitWatch>.Sleep, watch: KernelWaitWatch?)? {
+    /// - Returns: Where to sleep (the source's watch, or the private word); `nil` when the
+    ///   thread ends (shut down, or its source is gone).
+    private func goRound() -> SleepPlan? {
         let source = state.withLock { locked -> (any KernelWaitSource)? in
             let source = locked.source
             if source == nil && locked.attached { _ = locked.machine.shutdown() } // the thread itself is awake
@@ -306,10 +315,34 @@ final class KernelWaitThread: @unchecked Sendable {
             case (.callback, _): break // never ready (no `seen`); dropped when abandoned
             }
         }
-        if round.sleep == .exit {
+        switch round.sleep {
+        case .exit:
             source?.roundEnded()
             return nil
+        case .privateWord(let until):
+            return SleepPlan(word: nil, expected: 0, until: until ?? .max, keepAlive: nil)
+        case .sharedWord(let until):
+            guard let watch else { return SleepPlan(word: nil, expected: 0, until: .min, keepAlive: nil) }
+            return SleepPlan(word: watch.word, expected: watch.expected, until: until ?? .max, keepAlive: watch.keepAlive)
         }
-        return (round.sleep, watch)
+    }
+
+    /// Where the thread sleeps after a round: on `word` while it holds `expected` (on the
+    /// private word when `nil`), until the time `until` (`.max`: until woken; `.min`: no sleep).
+    ///
+    /// Four plain fields: returned as a tuple of the machine's `Sleep` and an optional
+    /// ``KernelWaitWatch`` (or with an `Int64?` or a fifth field), the plan was destroyed
+    /// through runtime type metadata at every round (a metadata lookup and a value-witness
+    /// call, on memory that is cold by the time a signal thread wakes).
+    private struct SleepPlan {
+        var word: UnsafeMutablePointer<UInt32>?
+        var expected: UInt32
+        var until: Int64
+        var keepAlive: AnyObject?
+
+        var sleeps: Bool { until != .min }
+
+        /// The sleep's timeout in nanoseconds (< 0: none).
+        var timeout: Int64 { until == .max ? -1 : max(0, until &- KernelWaitThread.now()) }
     }
 }

@@ -46,8 +46,9 @@ import Synchronization
 /// that passes its checks is carried over with its counter and state. Every observer gets one
 /// delivery, because posts may have been missed.
 final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
-    // @unchecked: all mutable state is in `state` (a Mutex), except `sleepingFlag`, which only
-    // the signal thread touches (set in `prepareToSleep`, cleared in `roundEnded`); the mapped
+    // @unchecked: all mutable state is in `state` (a Mutex), except `sleepingFlag`,
+    // `roundDeliveries` and `spareJobs`, which only the signal thread touches (in its rounds:
+    // `prepareToSleep`, `runJobs`, `roundEnded`); the mapped
     // memory is shared with other processes and only touched through atomics (CBatonShims) or
     // under `signals.lock`.
 
@@ -85,6 +86,24 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         weak var observer: SignalObserver?
         var slot: Int
         var lastSeen: UInt64
+
+        /// When the slot's counter moved to `counter`: records it as seen, and returns the
+        /// observer with how far the counter moved (`observer` is `nil` once it is gone).
+        /// A mutating method, so that the dictionary's entry is used in place: reading
+        /// `observer` through the dictionary copied the entry, weak reference and all.
+        mutating func advance(to counter: UInt64) -> (observer: SignalObserver?, posts: UInt64)? {
+            guard counter != lastSeen else { return nil }
+            guard let observer else { return (nil, 0) }
+            defer { lastSeen = counter }
+            return (observer, counter &- lastSeen)
+        }
+    }
+
+    /// A delivery collected under the lock, made after it.
+    private struct Delivery {
+        let observer: SignalObserver
+        let state: UInt64
+        let posts: UInt64
     }
 
     private struct State {
@@ -128,6 +147,12 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// The entry's "may sleep" word and its mapping, from the last look before a sleep until the
     /// round ends (signal thread only).
     private var sleepingFlag: (map: MappedFile, word: UnsafeMutablePointer<UInt32>)?
+    /// The storage of a round's deliveries, kept empty between rounds so that a round that
+    /// delivers does not allocate an array (signal thread only).
+    private var roundDeliveries: [Delivery] = []
+    /// The storage of the last batch of jobs, kept empty for the queue to swap with (signal
+    /// thread only, in ``runJobs(on:)``).
+    private var spareJobs: [UnownedJob] = []
     /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
     private let jobs = Mutex<[UnownedJob]>([])
 
@@ -135,6 +160,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         files = container.files
         owners = container.owners
         state = Mutex(State(map: try Self.openValidTable(container.files)))
+        jobExecutor = threadExecutor.asUnownedTaskExecutor()
         threadExecutor.table = self
         thread.attach(self)
     }
@@ -768,8 +794,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     func prepareToSleep() -> KernelWaitWatch? {
         _ = runJobs(on: jobExecutor)
         typealias Plan = (map: MappedFile, offset: Int, sleeping: UnsafeMutablePointer<UInt32>?, seen: UInt32)
-        let (plan, deliveries) = withState { state -> (Plan?, [(SignalObserver, UInt64, UInt64)]) in
-            var deliveries: [(SignalObserver, UInt64, UInt64)] = []
+        var deliveries: [Delivery] = []
+        swap(&deliveries, &roundDeliveries)
+        defer {
+            // Emptied one by one: `removeAll(keepingCapacity:)` destroys the elements through
+            // runtime type metadata.
+            while deliveries.popLast() != nil {}
+            swap(&deliveries, &roundDeliveries)
+        }
+        let plan = withState { state -> Plan? in
             while true {
                 _ = try? followRetirement(&state) // a truncated table is extended before it is read
                 let idle = state.observers.isEmpty
@@ -778,7 +811,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                     if overflow { baton_add32(Self.word(state.map, 128), 1) } else { baton_sub32(Self.word(state.map, 128), 1) }
                     state.countedAsWaiter = overflow
                 }
-                if idle { return (nil, []) }
+                if idle { return nil }
                 // The word to sleep on: the group word of the one interest bit this process
                 // has (unless it posts in it), its doorbell when it has several, the shared
                 // word without an entry.
@@ -799,7 +832,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
                 collectDeliveries(&state, into: &deliveries)
                 // A touch above that found the file cut short (the guard put zeros back): no
                 // sleep on a word of that table; the next pass rebuilds it.
-                if !state.map.hasUncheckedRepair { return ((state.map, offset, sleeping, seen), deliveries) }
+                if !state.map.hasUncheckedRepair { return (state.map, offset, sleeping, seen) }
             }
         }
         guard let plan else { return nil }
@@ -811,7 +844,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             let outer = baton_thread_context()
             baton_set_thread_context(deliveringMarker)
             handOverTrace("signal.deliver")
-            for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
+            for delivery in deliveries { delivery.observer.deliver(state: delivery.state, posts: delivery.posts) }
             baton_set_thread_context(outer)
         }
         _ = runJobs(on: jobExecutor)
@@ -826,17 +859,22 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
     /// Runs every queued job; returns whether there were any.
     ///
-    /// The queue is swapped out, not copied and emptied: emptying an array whose storage is
-    /// shared with the copy allocates new storage, twice a round, jobs or none.
+    /// The queue is swapped with the emptied storage of the last batch, not copied and emptied:
+    /// emptying an array whose storage is shared with the copy allocates new storage, twice a
+    /// round, jobs or none; and a queue swapped with a fresh array would allocate at its next
+    /// job.
     private func runJobs(on executor: UnownedTaskExecutor) -> Bool {
-        let batch = jobs.withLock { jobs -> [UnownedJob] in
-            if jobs.isEmpty { return [] }
-            var batch: [UnownedJob] = []
+        var batch: [UnownedJob] = []
+        swap(&batch, &spareJobs)
+        let any = jobs.withLock { jobs -> Bool in
+            if jobs.isEmpty { return false }
             swap(&batch, &jobs)
-            return batch
+            return true
         }
         for job in batch { job.runSynchronously(on: executor) }
-        return !batch.isEmpty
+        batch.removeAll(keepingCapacity: true)
+        swap(&batch, &spareJobs)
+        return any
     }
 
     /// The thread context (``baton_thread_context()``) of the signal thread while it delivers.
@@ -857,16 +895,18 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// Runs tasks on the signal thread (see ``Signals/executor``).
     let threadExecutor = SignalThreadExecutor()
     var executor: any TaskExecutor { threadExecutor }
-    private var jobExecutor: UnownedTaskExecutor { threadExecutor.asUnownedTaskExecutor() }
+    /// ``threadExecutor`` as the jobs run on it (made once: a conversion looks up the
+    /// executor's witness table, twice a round).
+    private let jobExecutor: UnownedTaskExecutor
 
     private func scan() {
-        let deliveries = withState { state -> [(SignalObserver, UInt64, UInt64)] in
+        let deliveries = withState { state -> [Delivery] in
             _ = try? followRetirement(&state) // a truncated table is extended before it is read
-            var deliveries: [(SignalObserver, UInt64, UInt64)] = []
+            var deliveries: [Delivery] = []
             collectDeliveries(&state, into: &deliveries)
             return deliveries
         }
-        for (observer, value, posts) in deliveries { observer.deliver(state: value, posts: posts) }
+        for delivery in deliveries { delivery.observer.deliver(state: delivery.state, posts: delivery.posts) }
     }
 
     /// Compares every observed counter with what its observer last saw (under the lock); the
@@ -880,17 +920,15 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// unregisters it anyway, this only covers the moment in between).
     /// Appends to `deliveries` the observers whose slot's counter moved, with the slot's state
     /// (read after the counter) and how far the counter moved.
-    private func collectDeliveries(_ state: inout State, into deliveries: inout [(SignalObserver, UInt64, UInt64)]) {
+    private func collectDeliveries(_ state: inout State, into deliveries: inout [Delivery]) {
         var gone: [UInt64] = []
         var index = state.observers.values.startIndex
         while index != state.observers.values.endIndex {
             let slot = state.observers.values[index].slot
             let counter = baton_load64(slotCounter(state.map, slot))
-            if counter != state.observers.values[index].lastSeen {
-                if let observer = state.observers.values[index].observer {
-                    let posts = counter &- state.observers.values[index].lastSeen
-                    state.observers.values[index].lastSeen = counter
-                    deliveries.append((observer, baton_load64(slotState(state.map, slot)), posts))
+            if let (observer, posts) = state.observers.values[index].advance(to: counter) {
+                if let observer {
+                    deliveries.append(Delivery(observer: observer, state: baton_load64(slotState(state.map, slot)), posts: posts))
                 } else {
                     gone.append(state.observers.keys[index])
                 }

@@ -80,11 +80,11 @@ package final class EventCounter: Sendable {
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
     /// task is cancelled (throws `CancellationError`).
     package func wait(after seen: UInt64, deadline: Deadline) async throws {
-        if let instant = deadline.instant, ContinuousClock.now >= instant {
+        if deadline.hasPassed {
             if snapshot() != seen { return }
             throw Self.timedOut
         }
-        try await waitForNotification(after: seen, deadline: deadline.instant)
+        try await waitForNotification(after: seen, deadline: deadline.time)
     }
 
     private static var timedOut: BatonError { BatonError(.timedOut, "the deadline passed before the awaited event") }
@@ -93,10 +93,10 @@ package final class EventCounter: Sendable {
         state.withLock { $0.remove(id) }
     }
 
-    private func waitForNotification(after seen: UInt64, deadline: ContinuousClock.Instant?) async throws {
+    private func waitForNotification(after seen: UInt64, deadline: Int64?) async throws {
         let id = Self.nextID.add(1, ordering: .relaxed).newValue
-        let timer = deadline.map { instant in
-            DeadlineTimer.shared.schedule(at: instant) { [self] in
+        let timer = deadline.map { time in
+            DeadlineTimer.shared.schedule(atTime: time) { [self] in
                 if case .single(let continuation)? = removeWaiter(id) { continuation.resume(throwing: Self.timedOut) }
             }
         }
@@ -106,7 +106,7 @@ package final class EventCounter: Sendable {
                 let resumeNow = state.withLock { state -> (any Error)?? in
                     if Task.isCancelled { return .some(CancellationError()) }
                     if state.count != seen { return .some(nil) }
-                    if let deadline, ContinuousClock.now >= deadline { return .some(Self.timedOut) }
+                    if let deadline, KernelWaitThread.now() >= deadline { return .some(Self.timedOut) }
                     state.add(Waiter(id: id, wake: .single(continuation)))
                     return .none
                 }
@@ -169,11 +169,11 @@ package final class EventCounter: Sendable {
     /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
     package static func waitAny(_ sources: [(counter: EventCounter, seen: UInt64)], deadline: Deadline) async throws -> Int {
         for (index, source) in sources.enumerated() where source.counter.snapshot() != source.seen { return index }
-        if let instant = deadline.instant, ContinuousClock.now >= instant { throw timedOut }
+        if deadline.hasPassed { throw timedOut }
         let id = nextID.add(1, ordering: .relaxed).newValue
         let wait = SharedWait()
-        let timer = deadline.instant.map { instant in
-            DeadlineTimer.shared.schedule(at: instant) { wait.finish(.failure(timedOut)) }
+        let timer = deadline.time.map { time in
+            DeadlineTimer.shared.schedule(atTime: time) { wait.finish(.failure(timedOut)) }
         }
         defer {
             if let timer { DeadlineTimer.shared.cancel(timer) }
