@@ -150,8 +150,9 @@ enum SignalsBench: BenchSuite {
         baton_store32(done, 0)
         let cpuFlag = word(shm, cpuFlagOffset)
         baton_store32(cpuFlag, 0)
-        func processorTimes() -> [UInt64] {
-            (0..<fanout).map { baton_load64(shm.pointer.advanced(by: cpuSlotsOffset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }
+        /// The workers' 64-bit slots at `offset`.
+        func slots(_ offset: Int) -> [UInt64] {
+            (0..<fanout).map { baton_load64(shm.pointer.advanced(by: offset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }
         }
         var firstTimes: [UInt64] = [], lastTimes: [UInt64] = []
         let workers = try (0..<fanout).map { index in
@@ -161,18 +162,17 @@ enum SignalsBench: BenchSuite {
         defer { withExtendedLifetime(workers) {} }
         var samples: [Double] = []
         let stamp = shm.pointer.advanced(by: stampOffset).assumingMemoryBound(to: UInt64.self)
-        for round in 1...(rounds + 5) {
+        let warmup = 5, firstMeasured = warmup + 1, lastRound = rounds + warmup
+        for round in 1...lastRound {
             usleep(2_000) // let every worker go back to sleep
-            let timed = round == 6 || round == rounds + 5
-            baton_store32(cpuFlag, timed ? 1 : 0)
+            baton_store32(cpuFlag, round == firstMeasured || round == lastRound ? 1 : 0)
             baton_store64(stamp, monotonicNanoseconds())
             try post()
             waitUntil(done, equals: UInt32(round * fanout))
-            if round == 6 { firstTimes = processorTimes() }
-            if round == rounds + 5 { lastTimes = processorTimes() }
-            if round > 5 {
-                let last = (0..<fanout).map { baton_load64(shm.pointer.advanced(by: slotsOffset + $0 * 8).assumingMemoryBound(to: UInt64.self)) }.max()!
-                samples.append(Double(last) / 1_000)
+            if round == firstMeasured { firstTimes = slots(cpuSlotsOffset) }
+            if round == lastRound { lastTimes = slots(cpuSlotsOffset) }
+            if round > warmup {
+                samples.append(Double(slots(slotsOffset).max()!) / 1_000)
             }
         }
         let perWake = zip(firstTimes, lastTimes).map { Double($1 &- $0) / 1_000 / Double(max(rounds - 1, 1)) }

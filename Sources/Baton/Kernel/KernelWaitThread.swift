@@ -343,6 +343,6 @@ final class KernelWaitThread: @unchecked Sendable {
         var sleeps: Bool { until != .min }
 
         /// The sleep's timeout in nanoseconds (< 0: none).
-        var timeout: Int64 { until == .max ? -1 : max(0, until &- KernelWaitThread.now()) }
+        var timeout: Int64 { KernelWaitThread.timeout(until: until == .max ? nil : until) }
     }
 }
