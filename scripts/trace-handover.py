@@ -27,6 +27,8 @@ Both end with the watches of a held arbiter lock (RoleDirectory.withArbiterSoon)
 `--slowest N` each summary also lays out its N slowest hand-overs event by event:
 
     python3 scripts/trace-handover.py --slowest 3 "$BATON_TRACE_DIR"
+
+and with `--typical N`, the N hand-overs nearest the median the same way.
 """
 import collections
 import glob
@@ -113,10 +115,12 @@ def summarize(rounds, label):
         print(f"  {median:7.1f}  +{median - previous:6.1f}  {who}  {tag}{suffix}")
         previous = median
     print()
-    if not SLOWEST:
-        return
-    for r in sorted(rounds, key=lambda r: r[-1][0] - r[0][0])[-SLOWEST:]:
-        print(f"  a slow one: {(r[-1][0] - r[0][0]) / 1000:.1f} µs")
+    by_length = sorted(rounds, key=lambda r: r[-1][0] - r[0][0])
+    middle = len(by_length) // 2
+    shown = [("a typical one", r) for r in by_length[max(0, middle - TYPICAL // 2):middle - TYPICAL // 2 + TYPICAL]]
+    shown += [("a slow one", r) for r in (by_length[-SLOWEST:] if SLOWEST else [])]
+    for what, r in shown:
+        print(f"  {what}: {(r[-1][0] - r[0][0]) / 1000:.1f} µs")
         previous = r[0][0]
         for ns, pid, thread, tag in r:
             print(f"    {(ns - r[0][0]) / 1000:9.1f}  +{(ns - previous) / 1000:8.1f}  {label_of[pid]}  {thread % 100000:5d}  {tag}")
@@ -145,12 +149,17 @@ def arbiter_watches(events):
 
 
 # With --slowest N: each summary also lays out its N slowest hand-overs, event by event (the
-# thread column: the recording thread's id, last five digits).
+# thread column: the recording thread's id, last five digits); with --typical N, the N nearest
+# its median.
 SLOWEST = 0
+TYPICAL = 0
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--slowest":
-        SLOWEST = int(sys.argv[2])
+    while len(sys.argv) >= 4 and sys.argv[1] in ("--slowest", "--typical"):
+        if sys.argv[1] == "--slowest":
+            SLOWEST = int(sys.argv[2])
+        else:
+            TYPICAL = int(sys.argv[2])
         del sys.argv[1:3]
     if len(sys.argv) != 2:
         sys.exit(__doc__)

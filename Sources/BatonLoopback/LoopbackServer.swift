@@ -87,7 +87,16 @@ public final class LoopbackServer: Sendable {
 
     /// The port it listens on.
     public let port: UInt16
+    /// Whether it speaks first: an `IDLE` line to the newest core after each `HELLO` and close,
+    /// and overlap checks on its timer. A server that does not only answers and records, and
+    /// its thread wakes for its sockets alone.
+    private let messaging: Bool
     private let state = Mutex(State())
+    /// Word 0: bumped at every open, `HELLO` and close; word 1: how many threads sleep on word 0
+    /// (``waitForOpenConnection(named:timeout:)``), so that the server's thread makes no wake-up
+    /// call while nobody waits. (Only touched atomically; `nonisolated(unsafe)` because a
+    /// pointer is not `Sendable`.)
+    nonisolated(unsafe) private let changes: UnsafeMutablePointer<UInt32>
     private let onEvent: @Sendable (Event) -> Void
     private let onPush: @Sendable (String) -> Void
     private let loop: Mutex<PollLoop?> = Mutex(nil)
@@ -96,6 +105,10 @@ public final class LoopbackServer: Sendable {
     /// - Parameters:
     ///   - port: The port (0: an ephemeral one).
     ///   - delayMilliseconds: Waited before each delivery to a core.
+    ///   - messaging: Whether it speaks first (`IDLE` lines, overlap checks): `false` makes a
+    ///     server that only answers and records connections (the lifecycle benchmark's: no
+    ///     `IDLE` line wakes a third process's client thread, and no wake-up of its own thread
+    ///     follows a `HELLO` or a close, while a hand-over is measured).
     ///   - onEvent: Called on the server's thread with each event.
     ///   - onPush: Called on the server's thread with a message id when no core is connected to
     ///     take it (a push notification must be sent).
@@ -103,11 +116,15 @@ public final class LoopbackServer: Sendable {
     package init(
         port: UInt16 = 0,
         delayMilliseconds: Int = 0,
+        messaging: Bool = true,
         onEvent: @escaping @Sendable (Event) -> Void = { _ in },
         onPush: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
         let (listener, bound) = try LoopbackSocket.listening(port: port)
         self.port = bound
+        self.messaging = messaging
+        changes = .allocate(capacity: 2)
+        changes.initialize(repeating: 0, count: 2)
         self.onEvent = onEvent
         self.onPush = onPush
         state.withLock {
@@ -119,7 +136,10 @@ public final class LoopbackServer: Sendable {
         try register(listener: listener)
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        changes.deallocate()
+    }
 
     private var pollLoop: PollLoop? { loop.withLock { $0 } }
 
@@ -184,7 +204,31 @@ public final class LoopbackServer: Sendable {
             state.records.append(Record(id: id, openedAt: now, openedOrder: state.order))
             state.openByFD[fd] = id
             state.splitters[fd] = LineSplitter()
+            noteChange()
             return true
+        }
+    }
+
+    /// Wakes the threads waiting for a change of the connections (called under the state's
+    /// lock, after the change).
+    private func noteChange() {
+        baton_add32(changes, 1)
+        if baton_load32(changes + 1) > 0 { AddressWait.wakeAll(changes) }
+    }
+
+    /// Sleeps in the kernel until a connection that said `HELLO` with `name` (any open
+    /// connection when `name` is nil) is open, or `timeout` has passed.
+    /// - Returns: Whether it is open.
+    package func waitForOpenConnection(named name: String? = nil, timeout: Duration) -> Bool {
+        let deadline = baton_monotonic_ns() &+ UInt64(max(0, timeout.nanoseconds))
+        baton_add32(changes + 1, 1)
+        defer { baton_add32(changes + 1, UInt32.max) }
+        while true {
+            let seen = baton_load32(changes)
+            if openConnections.contains(where: { name == nil || $0.name == name }) { return true }
+            let now = baton_monotonic_ns()
+            guard now < deadline else { return false }
+            _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: Int64(deadline - now))
         }
     }
 
@@ -240,11 +284,14 @@ public final class LoopbackServer: Sendable {
     }
 
     private func greet(_ state: inout State, fd: Int32, record: Int, name: String, pid: Int32, epoch: UInt64, events: inout [Event]) {
-        let others = state.openByFD.filter { $0.key != fd && state.records[$0.value].isCore }.map(\.value)
         state.records[record].name = name
         state.records[record].pid = pid
         state.records[record].epoch = epoch
         state.cores += 1
+        events.append(.coreConnected(pid: pid, epoch: epoch))
+        noteChange()
+        guard messaging else { return }
+        let others = state.openByFD.filter { $0.key != fd && state.records[$0.value].isCore }.map(\.value)
         if !others.isEmpty {
             state.overlapChecks.append((record, baton_monotonic_ns() + Self.overlapGrace, others))
         }
@@ -254,7 +301,6 @@ public final class LoopbackServer: Sendable {
         }
         state.nextSend = baton_monotonic_ns() + state.delay
         state.owesIdle = true
-        events.append(.coreConnected(pid: pid, epoch: epoch))
         pollLoop?.wake()
     }
 
@@ -323,7 +369,9 @@ public final class LoopbackServer: Sendable {
                 state.records[id].closedOrder = state.order
                 state.records[id].closedBy = "client"
             }
+            noteChange()
             if let pid = state.records[id].pid { events.append(.coreDisconnected(pid: pid)) }
+            guard messaging else { return }
             var orphans: [String] = []
             for index in state.messages.indices where state.messages[index].deliveredTo == fd {
                 state.messages[index].deliveredTo = nil
@@ -336,7 +384,7 @@ public final class LoopbackServer: Sendable {
             }
         }
         report(events, pushes: pushes, again: true)
-        pollLoop?.wake()
+        if messaging { pollLoop?.wake() }
     }
 
     private func report(_ events: [Event], pushes: [String], again: Bool = false) {
@@ -400,6 +448,7 @@ public final class LoopbackServer: Sendable {
                 state.records[id].closedBy = "server"
                 dropped += 1
             }
+            if dropped > 0 { noteChange() }
             return dropped
         }
     }

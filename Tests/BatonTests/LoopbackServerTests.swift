@@ -1,0 +1,85 @@
+import BatonLoopback
+import BatonTestSupport
+import Foundation
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The loopback fixture's server on its own, over real TCP on 127.0.0.1: the lifecycle
+/// benchmark's quiet mode (it speaks only when spoken to) and its wait for a connection.
+@Suite("Loopback server")
+struct LoopbackServerTests {
+    /// Reads one line from a blocking socket (nil at the end of the stream).
+    private static func line(_ fd: Int32) -> String? {
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(fd, &byte, 1) == 1 {
+            if byte == 10 { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+        return nil
+    }
+
+    /// Whether a line arrives within `milliseconds`, and which.
+    private static func line(_ fd: Int32, within milliseconds: Int32) -> String? {
+        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, milliseconds) == 1 else { return nil }
+        return line(fd)
+    }
+
+    /// The lines a core receives after its `HELLO`: the replies to two `STATS` commands (the
+    /// second sent once the first reply arrived, so in a batch of its own after the `HELLO`'s),
+    /// then whatever else arrives until an `IDLE` line, or for `quiet` milliseconds.
+    private static func linesAfterHello(messaging: Bool, quiet: Int32) throws -> [String] {
+        let server = try LoopbackServer(messaging: messaging)
+        let fd = try LoopbackSocket.connected(port: server.port)
+        defer { close(fd) }
+        #expect(LoopbackSocket.write(fd, "HELLO core 1 0\nSTATS\n"))
+        var lines: [String] = []
+        for command in 0..<2 {
+            if command == 1 { #expect(LoopbackSocket.write(fd, "STATS\n")) }
+            while let line = Self.line(fd) {
+                lines.append(line)
+                if line.hasPrefix("STATS") { break }
+            }
+        }
+        while !lines.contains("IDLE"), let line = Self.line(fd, within: quiet) { lines.append(line) }
+        return lines
+    }
+
+    /// A messaging server tells a new core that nothing waits for it (`IDLE`); a quiet one, as
+    /// the lifecycle benchmark runs it, sends nothing it was not asked for, so no client's
+    /// thread wakes for it in the middle of a measured hand-over.
+    @Test func aQuietServerSendsNothingItWasNotAskedFor() throws {
+        let told = try Self.linesAfterHello(messaging: true, quiet: 2_000)
+        #expect(told.contains("IDLE"), "\(told)")
+        let quiet = try Self.linesAfterHello(messaging: false, quiet: 200)
+        #expect(quiet.count == 2, "\(quiet)")
+        #expect(quiet.allSatisfy { $0.hasPrefix("STATS") }, "\(quiet)")
+    }
+
+    /// `waitForOpenConnection(named:timeout:)` returns when a connection with that name says
+    /// `HELLO` (woken by the server's thread, long before its timeout), and false at its
+    /// timeout when none does.
+    @Test func theWaitForAConnectionEndsAtItsHello() async throws {
+        let server = try LoopbackServer(messaging: false)
+        #expect(!server.waitForOpenConnection(named: "late", timeout: .milliseconds(50)))
+        // Another name, open before the wait, does not end it.
+        let other = try LoopbackSocket.connected(port: server.port)
+        defer { close(other) }
+        #expect(LoopbackSocket.write(other, "HELLO other 1 0\n"))
+        // The connection is open (accepted) before the wait starts: only its HELLO can end it.
+        let late = try LoopbackSocket.connected(port: server.port)
+        defer { close(late) }
+        try await eventually("the server accepts both connections") { server.openConnections.count == 2 }
+        let waiting = Task { try await onOwnThread { server.waitForOpenConnection(named: "late", timeout: .seconds(60)) } }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(LoopbackSocket.write(late, "HELLO late 2 0\n"))
+        // Well before the wait's 60 s timeout: the HELLO woke it (a wait that only looked again
+        // at its timeout would have returned true too, after 60 s).
+        let opened = try await within(30, "the wait for the named connection") { try await waiting.value }
+        #expect(opened)
+    }
+}
