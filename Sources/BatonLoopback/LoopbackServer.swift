@@ -88,8 +88,8 @@ public final class LoopbackServer: Sendable {
     /// The port it listens on.
     public let port: UInt16
     /// Whether it speaks first: an `IDLE` line to the newest core after each `HELLO` and close,
-    /// and overlap checks on its timer. A server that does not only answers and records, and
-    /// its thread wakes for its sockets alone.
+    /// and overlap checks on its timer. Without, it only answers and records, and its thread
+    /// wakes for its sockets alone.
     private let messaging: Bool
     private let state = Mutex(State())
     /// Word 0: bumped at every open, `HELLO` and close; word 1: how many threads sleep on word 0
