@@ -215,11 +215,10 @@ enum LifecycleBench: BenchSuite {
         return samples
     }
 
+    /// Sleeps in the kernel until the server has no open connection.
     private static func waitForAllClosed(_ server: LoopbackServer) throws {
-        let deadline = monotonicNanoseconds() + 5_000_000_000
-        while !server.openConnections.isEmpty {
-            if monotonicNanoseconds() > deadline { throw BatonError(.timedOut, "the server still has open connections") }
-            usleep(100)
+        guard server.waitForOpenConnections(timeout: .seconds(5), until: \.isEmpty) else {
+            throw BatonError(.timedOut, "the server still has open connections")
         }
     }
 

@@ -93,7 +93,7 @@ public final class LoopbackServer: Sendable {
     private let messaging: Bool
     private let state = Mutex(State())
     /// Word 0: bumped at every open, `HELLO` and close; word 1: how many threads sleep on word 0
-    /// (``waitForOpenConnection(named:timeout:)``), so that the server's thread makes no wake-up
+    /// (``waitForOpenConnections(timeout:until:)``), so that the server's thread makes no wake-up
     /// call while nobody waits. (Only touched atomically; `nonisolated(unsafe)` because a
     /// pointer is not `Sendable`.)
     nonisolated(unsafe) private let changes: UnsafeMutablePointer<UInt32>
@@ -220,12 +220,19 @@ public final class LoopbackServer: Sendable {
     /// connection when `name` is nil) is open, or `timeout` has passed.
     /// - Returns: Whether it is open.
     package func waitForOpenConnection(named name: String? = nil, timeout: Duration) -> Bool {
+        waitForOpenConnections(timeout: timeout) { $0.contains { name == nil || $0.name == name } }
+    }
+
+    /// Sleeps in the kernel until `condition` holds for ``openConnections``, looking again at
+    /// every open, `HELLO` and close, or until `timeout` has passed.
+    /// - Returns: Whether it holds.
+    package func waitForOpenConnections(timeout: Duration, until condition: ([Record]) -> Bool) -> Bool {
         let deadline = baton_monotonic_ns() &+ UInt64(max(0, timeout.nanoseconds))
         baton_add32(changes + 1, 1)
-        defer { baton_add32(changes + 1, UInt32.max) }
+        defer { baton_sub32(changes + 1, 1) }
         while true {
             let seen = baton_load32(changes)
-            if openConnections.contains(where: { name == nil || $0.name == name }) { return true }
+            if condition(openConnections) { return true }
             let now = baton_monotonic_ns()
             guard now < deadline else { return false }
             _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: Int64(deadline - now))
