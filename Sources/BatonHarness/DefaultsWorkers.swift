@@ -179,7 +179,7 @@ extension DefaultsWorkers {
             let meta = try MappedFile(container, relativePath: "defaults/\(options.suite).meta", minimumSize: 4096)
             let log = try MappedFile(container, relativePath: "defaults/\(options.suite).log", minimumSize: 0, create: false)
             let token = try container.owners.enter()
-            guard SharedMutex(meta.pointer + 64).lock(as: token, tokens: container.owners, deadline: .now + .seconds(5), keepAlive: meta) != nil else {
+            guard SharedMutex(meta.pointer + 64).lock(as: token, tokens: container.owners, deadline: .after(.seconds(5)), keepAlive: meta) != nil else {
                 throw ExitCode(4)
             }
             let committed = baton_load64(meta.pointer.advanced(by: 128).assumingMemoryBound(to: UInt64.self))

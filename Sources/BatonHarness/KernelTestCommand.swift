@@ -33,9 +33,9 @@ struct KernelTestCommand: AsyncParsableCommand {
             let word = map.pointer.assumingMemoryBound(to: UInt32.self)
             let seen = baton_load32(word)
             emit("waiting \(seen)")
-            let deadline = try Deadline.seconds(timeout).instant
+            let deadline = try Deadline.seconds(timeout)
             while baton_load32(word) == seen {
-                if AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: AddressWait.timeout(until: deadline)) == .timedOut {
+                if AddressWait.wait(on: word, expecting: seen, timeoutNanoseconds: deadline.sleepTimeout) == .timedOut {
                     emit("timed-out")
                     return
                 }
@@ -190,7 +190,7 @@ struct KernelTestCommand: AsyncParsableCommand {
             let container = try container.open()
             let map = try MappedFile(container, relativePath: file, minimumSize: 4096)
             let token = try container.owners.enter()
-            guard SharedMutex(map.pointer).lock(as: token, tokens: container.owners, deadline: .now + .seconds(10), keepAlive: map) != nil else {
+            guard SharedMutex(map.pointer).lock(as: token, tokens: container.owners, deadline: .after(.seconds(10)), keepAlive: map) != nil else {
                 throw ExitCode(3)
             }
             emit("held \(String(token, radix: 16))")

@@ -1,4 +1,4 @@
-import Baton
+@testable import Baton
 import Testing
 
 @Suite("Deadlines")
@@ -40,5 +40,18 @@ struct DeadlineTests {
         #expect(Deadline(now - .seconds(1)).hasPassed)
         #expect(Deadline(now - .seconds(1)).remaining == .zero)
         #expect(!Deadline(now + .seconds(60)).hasPassed)
+    }
+
+    @Test("a kernel sleep until a deadline: no timeout for never, zero once passed, the time left otherwise")
+    func sleepTimeouts() {
+        #expect(Deadline.never.sleepTimeout == -1)
+        #expect(Deadline.after(.seconds(-5)).sleepTimeout == 0)
+        let timeout = Deadline.after(.seconds(2)).sleepTimeout
+        #expect(timeout > 1_500_000_000 && timeout <= 2_000_000_000)
+        let now = KernelWaitThread.now()
+        let deadline = Deadline(KernelWaitThread.instant(now + 1000))
+        #expect(!deadline.hasPassed(at: now + 999))
+        #expect(deadline.hasPassed(at: now + 1000) && deadline.hasPassed(at: now + 5000))
+        #expect(!Deadline.never.hasPassed(at: .max))
     }
 }

@@ -130,7 +130,7 @@ struct KernelTests {
         // The lock calls block: each runs on a thread of its own, not on one of the cooperative
         // pool's two threads (which the other suites need meanwhile).
         @Sendable func lock(within wait: Duration) async throws -> SharedMutex.Acquired? {
-            try await onOwnThread { mutex.lock(as: token, tokens: owners, deadline: .now + wait, keepAlive: map) }
+            try await onOwnThread { mutex.lock(as: token, tokens: owners, deadline: .after(wait), keepAlive: map) }
         }
         #expect(try await lock(within: .milliseconds(300)) == nil)
         // Stopped, not dead: still its owner's.
@@ -144,7 +144,7 @@ struct KernelTests {
         #expect(mutex.currentOwner == token)
         mutex.unlock(as: token)
         #expect(mutex.currentOwner == 0)
-        #expect(mutex.lock(as: token, tokens: container.owners, deadline: .now + .seconds(1), keepAlive: map) == .clean)
+        #expect(mutex.lock(as: token, tokens: container.owners, deadline: .after(.seconds(1)), keepAlive: map) == .clean)
         mutex.unlock(as: token)
     }
 
@@ -156,7 +156,7 @@ struct KernelTests {
         baton_store64(map.pointer.assumingMemoryBound(to: UInt64.self), 0xDEAD_BEEF)
         let token = try container.owners.enter()
         defer { container.owners.leave() }
-        #expect(SharedMutex(map.pointer).lock(as: token, tokens: container.owners, deadline: .now + .seconds(5), keepAlive: map) == .ownerDied)
+        #expect(SharedMutex(map.pointer).lock(as: token, tokens: container.owners, deadline: .after(.seconds(5)), keepAlive: map) == .ownerDied)
     }
 
     @Test("a suspended process's token reads dead to others, and it takes a new one on resume")

@@ -29,12 +29,13 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
 
     /// How long the thread stays with nothing to run and nothing to wait for before it ends.
     static let idleExit: Duration = .seconds(2)
+    private static let idleExitNanoseconds = idleExit.nanoseconds
 
     private struct Wait {
         let id: UInt64
         let doorbell: ChannelDoorbell
         let seen: UInt32
-        let deadline: ContinuousClock.Instant?
+        let deadline: Deadline
         let continuation: CheckedContinuation<Void, any Error>
     }
 
@@ -175,7 +176,7 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     /// (``sleepInline(_:after:deadline:)``); when something does, the wait is registered and
     /// the task suspends, and the thread sleeps on the word between jobs.
     /// - Throws: `timedOut` at the deadline, `CancellationError` when the task is cancelled.
-    nonisolated(nonsending) static func waitIfCurrent(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: ContinuousClock.Instant?) async throws -> Bool {
+    nonisolated(nonsending) static func waitIfCurrent(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: Deadline) async throws -> Bool {
         let executor = shared
         guard executor.isCurrent else { return false }
         let moved = await withTaskCancellationHandler {
@@ -228,7 +229,7 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     /// (measured: 6.9 µs a side per rendezvous round trip on one processor, 5.7 µs inline). A job
     /// queued meanwhile from another thread ends the sleep (``enqueue(_:)`` wakes the word
     /// published in `sleepingOn`), and so does a cancellation (``interruptInlineSleep()``).
-    private func sleepInline(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
+    private func sleepInline(_ doorbell: ChannelDoorbell, after seen: UInt32, deadline: Deadline) -> Bool {
         // What this task rang goes first: it is what the peer answers.
         if !deferred.isEmpty { ringDeferred() }
         let raw = doorbell.rawWord
@@ -247,7 +248,7 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
         guard doorbell.beginWait(after: seen) else { return true }
         defer { doorbell.endWaits(1) }
         registeredWaits.add(1, ordering: .relaxed)
-        _ = AddressWait.wait(on: doorbell.word, expecting: raw, timeoutNanoseconds: AddressWait.timeout(until: deadline))
+        _ = AddressWait.wait(on: doorbell.word, expecting: raw, timeoutNanoseconds: deadline.sleepTimeout)
         return doorbell.snapshot() != seen
     }
 
@@ -274,8 +275,9 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     private enum Pass {
         case run([UnownedJob])
         case end(Wait, (any Error)?)
-        case sleep(word: UnsafeMutablePointer<UInt32>, expected: UInt32, deadline: ContinuousClock.Instant?, keepAlive: AnyObject)
-        case idle(until: ContinuousClock.Instant)
+        case sleep(word: UnsafeMutablePointer<UInt32>, expected: UInt32, deadline: Deadline, keepAlive: AnyObject)
+        /// Until the time `until` (``KernelWaitThread/now()``'s base).
+        case idle(until: Int64)
         case exit
     }
 
@@ -286,30 +288,31 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
         baton_set_thread_context(UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()))
         defer { baton_set_thread_context(nil) }
         let unowned = asUnownedTaskExecutor()
-        var busy = ContinuousClock.now
+        // Times on the wait threads' base (plain nanoseconds, no clock types in the loop).
+        var busy = KernelWaitThread.now()
         while true {
             // Read before the pass: a job queued after it bumps the word, so the sleep below
             // ends at once.
             let privateSeen = baton_load32(privateWord)
-            let now = ContinuousClock.now
+            let now = KernelWaitThread.now()
             let pass = state.withLock { state -> Pass in
                 if !state.jobs.isEmpty {
                     defer { state.jobs.removeAll(keepingCapacity: true) }
                     return .run(state.jobs)
                 }
                 guard let wait = state.wait else {
-                    if now - busy >= Self.idleExit {
+                    if now &- busy >= Self.idleExitNanoseconds {
                         state.running = false
                         return .exit
                     }
-                    return .idle(until: busy + Self.idleExit)
+                    return .idle(until: busy &+ Self.idleExitNanoseconds)
                 }
                 let raw = wait.doorbell.rawWord
                 if raw / ChannelDoorbell.ringStep != wait.seen {
                     state.wait = nil
                     return .end(wait, nil)
                 }
-                if let deadline = wait.deadline, now >= deadline {
+                if wait.deadline.hasPassed(at: now) {
                     state.wait = nil
                     return .end(wait, ChannelDoorbell.timedOut())
                 }
@@ -324,7 +327,7 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
                     // The job ended (its task suspended or finished): what it rang goes now.
                     if !deferred.isEmpty { ringDeferred() }
                 }
-                busy = .now
+                busy = KernelWaitThread.now()
             case .end(let wait, let error):
                 wait.doorbell.endWaits(1)
                 // The task prefers this executor: resuming it queues its job here.
@@ -332,14 +335,14 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
             case .sleep(let word, let expected, let deadline, let keepAlive):
                 if baton_load32(privateWord) == privateSeen {
                     withExtendedLifetime(keepAlive) {
-                        _ = AddressWait.wait(on: word, expecting: expected, timeoutNanoseconds: AddressWait.timeout(until: deadline))
+                        _ = AddressWait.wait(on: word, expecting: expected, timeoutNanoseconds: deadline.sleepTimeout)
                     }
                 }
                 state.withLock { $0.sleepingOn = nil }
-                busy = .now
+                busy = KernelWaitThread.now()
             case .idle(let until):
                 if baton_load32(privateWord) == privateSeen {
-                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: AddressWait.timeout(until: until))
+                    _ = AddressWait.wait(on: privateWord, expecting: privateSeen, timeoutNanoseconds: KernelWaitThread.timeout(until: until))
                 }
             case .exit:
                 return

@@ -51,6 +51,16 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
         return KernelWaitThread.now() >= time
     }
 
+    /// Whether the deadline has passed at `now` (a time from ``KernelWaitThread/now()``).
+    package func hasPassed(at now: Int64) -> Bool {
+        guard let time else { return false }
+        return now >= time
+    }
+
+    /// The timeout of a kernel sleep until the deadline, for ``AddressWait``: nanoseconds,
+    /// never negative, or -1 (no timeout) for ``never``.
+    package var sleepTimeout: Int64 { KernelWaitThread.timeout(until: time) }
+
     /// Time left, `nil` for ``never``, zero when passed.
     public var remaining: Duration? {
         guard let time else { return nil }

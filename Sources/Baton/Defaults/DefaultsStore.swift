@@ -665,7 +665,7 @@ final class DefaultsStore: Sendable {
             defer { container.owners.leave() }
             let mutex = SharedMutex(meta.lockMemory)
             // `tokens: nil`: a held lock is only ever waited for, so at `.now` this is a try.
-            guard mutex.lock(as: token, tokens: nil, deadline: .now, keepAlive: meta.file) != nil else { return }
+            guard mutex.lock(as: token, tokens: nil, deadline: .after(.zero), keepAlive: meta.file) != nil else { return }
             defer { mutex.unlock(as: token) }
             let committed = baton_load64(meta.committed)
             let end = Int(committed & DefaultsLogFormat.lengthMask)

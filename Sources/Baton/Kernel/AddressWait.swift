@@ -17,10 +17,4 @@ package enum AddressWait {
         /// The timeout passed.
         case timedOut
     }
-
-    /// Nanoseconds until `instant` for a wait's timeout (never negative), or -1 (forever) for `nil`.
-    package static func timeout(until instant: ContinuousClock.Instant?) -> Int64 {
-        guard let instant else { return -1 }
-        return max(0, (instant - ContinuousClock.now).nanoseconds)
-    }
 }

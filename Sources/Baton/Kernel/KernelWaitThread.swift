@@ -139,8 +139,9 @@ final class KernelWaitThread: @unchecked Sendable {
     /// Now, as nanoseconds since ``origin``.
     static func now() -> Int64 { time(.now) }
 
-    /// The timeout of a sleep until `time` (`nil`: none).
-    private static func timeout(until time: Int64?) -> Int64 {
+    /// The timeout of a kernel sleep until `time` (`nil`: none): nanoseconds, never negative,
+    /// or -1 for none. The one rule for every sleep with a deadline (``Deadline/sleepTimeout``).
+    package static func timeout(until time: Int64?) -> Int64 {
         guard let time else { return -1 }
         return max(0, time &- now())
     }

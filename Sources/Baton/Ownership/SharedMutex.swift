@@ -60,11 +60,11 @@ package struct SharedMutex: @unchecked Sendable {
     ///   - token: The caller's owner token (from ``OwnerTokens/enter()``).
     ///   - tokens: Where owners' liveness is checked; `nil` for memory private to this process
     ///     (the owner is then always alive).
-    ///   - deadline: When to give up (`nil`: never).
+    ///   - deadline: When to give up.
     ///   - keepAlive: An object that keeps the memory mapped (a death watch may ring the word
     ///     shortly after this call returned).
     /// - Returns: How it was taken, or `nil` at the deadline.
-    package func lock(as token: UInt64, tokens: OwnerTokens?, deadline: ContinuousClock.Instant?, keepAlive: some AnyObject & Sendable) -> Acquired? {
+    package func lock(as token: UInt64, tokens: OwnerTokens?, deadline: Deadline, keepAlive: some AnyObject & Sendable) -> Acquired? {
         if baton_cas64(owner, 0, token) != 0 { return .clean }
         for _ in 0..<Self.spins {
             baton_cpu_relax()
@@ -78,10 +78,10 @@ package struct SharedMutex: @unchecked Sendable {
     /// usual case, costs one compare-and-swap).
     package func lock(as token: UInt64, tokens: OwnerTokens?, patience: Duration, keepAlive: some AnyObject & Sendable) -> Acquired? {
         if baton_cas64(owner, 0, token) != 0 { return .clean }
-        return lock(as: token, tokens: tokens, deadline: .now + patience, keepAlive: keepAlive)
+        return lock(as: token, tokens: tokens, deadline: .after(patience), keepAlive: keepAlive)
     }
 
-    private func lockSlowly(as token: UInt64, tokens: OwnerTokens?, deadline: ContinuousClock.Instant?, keepAlive: some AnyObject & Sendable) -> Acquired? {
+    private func lockSlowly(as token: UInt64, tokens: OwnerTokens?, deadline: Deadline, keepAlive: some AnyObject & Sendable) -> Acquired? {
         var patient = true
         var watch: (token: UInt64, subscription: FileEvents.Subscription?)?
         defer { withExtendedLifetime(watch) {} }
@@ -101,7 +101,7 @@ package struct SharedMutex: @unchecked Sendable {
                     continue
                 }
             }
-            var timeout = AddressWait.timeout(until: deadline)
+            var timeout = deadline.sleepTimeout
             if timeout == 0 { return nil }
             if patient { timeout = timeout < 0 ? Self.patience.nanoseconds : min(timeout, Self.patience.nanoseconds) }
             baton_add32(sleepers, 1)
