@@ -559,6 +559,72 @@ struct RoleTests {
         #expect(directory.bell.changeCount() &- changes == 2)
     }
 
+    /// How a preempted holder's wait before it asks again ends (see the test below).
+    enum SuccessorWaitEnd: String, CaseIterable, Sendable {
+        case requesterDies, requesterReleases, bound
+    }
+
+    /// A holder released on a stop request that asks again at once (as a connection supervisor
+    /// does) keeps off the arbiter for a moment, so that the requester's grant pass finds it
+    /// free; it queues when the bound passes, and at once when the requester dies, or takes
+    /// the role and releases it. The requester is stopped between the release and its grant,
+    /// and the bound made long unless it is the case, so that only the case's event can end
+    /// the wait.
+    @Test("a preempted holder that asks again keeps off the arbiter until its bound, or the requester's release or death", arguments: SuccessorWaitEnd.allCases)
+    func aPreemptedHolderAsksAgainAfterItsSuccessor(end: SuccessorWaitEnd) async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let core = role.core
+        core.directory.successorWaitNanoseconds.store(Duration.seconds(end == .bound ? 3 : 60).nanoseconds, ordering: .relaxed)
+        let lease = try await role.acquire(priority: .executor, deadline: .after(.seconds(5)))
+        let hold = end == .requesterReleases ? "0.2" : "60"
+        let main = try ChildProcess(["role", "acquire", "--role", "main", "--hold", hold, "--timeout", "30"], container: dir.path)
+        defer {
+            main.signal(SIGCONT)
+            main.signal(SIGKILL)
+        }
+        var requests = lease.stopRequests.makeAsyncIterator()
+        let request = try #require(await requests.next())
+        #expect(request.pid == main.pid)
+        try await Self.stopOutsideTheArbiter(main, container: dir.path)
+        await lease.release()
+        let again = Task { try await role.acquire(priority: .executor, deadline: .after(.seconds(50))) }
+        defer { again.cancel() }
+        try await eventually("the acquisition keeps off the arbiter", within: 20) {
+            core.successorWaits.load(ordering: .relaxed) == 1
+        }
+        // Waiting, without a pass: no waiter of this process in the record.
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(!(try role.status()).waiters.contains { $0.pid == getpid() }, "the acquisition queued before its bound")
+        #expect(Self.isStopped(main.pid))
+        switch end {
+        case .bound:
+            // The requester still stopped: only the bound (3 s) ends the wait.
+            let status = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == getpid() } }
+            #expect(status.holder == nil && Self.isStopped(main.pid))
+            main.signal(SIGCONT)
+            let granted = try await main.line(timeout: 30, matching: Self.event("acquired"))
+            main.signal(SIGKILL)
+            _ = try await main.wait()
+            let taken = try await within(20, "the acquisition after the requester's death") { try await again.value }
+            #expect(taken.epoch > UInt64(try #require(Self.int(granted, "epoch"))))
+            await taken.release()
+        case .requesterDies:
+            main.signal(SIGKILL)
+            _ = try await main.wait()
+            let taken = try await within(10, "the acquisition after the requester died") { try await again.value }
+            #expect(taken.epoch > lease.epoch)
+            await taken.release()
+        case .requesterReleases:
+            main.signal(SIGCONT)
+            let granted = try await main.line(timeout: 30, matching: Self.event("acquired"))
+            let taken = try await within(10, "the acquisition after the requester's release") { try await again.value }
+            #expect(taken.epoch > UInt64(try #require(Self.int(granted, "epoch"))))
+            await taken.release()
+        }
+        #expect(core.successorWaits.load(ordering: .relaxed) == 1)
+    }
+
     /// A holder that does not release within the hand-over watch's bound holds the asking
     /// thread no longer than that: the acquisition leaves the watch, waits suspended, and gets
     /// the role when the holder lets go.

@@ -84,6 +84,16 @@ extension RoleCore {
         var shortWaits = 0
         // Kept from an earlier acquisition, or created at the first wait past the hand-over watch.
         var sources = existingWaitSources
+        if let handedOver = state.withLock({ state in defer { state.handedOver = nil }; return state.handedOver }),
+           directory.bell.changeCount() == handedOver.changes {
+            // This process has just released on a stop request, and the requester has not
+            // written its grant yet: keep off the arbiter for a moment
+            // (``RoleDirectory/successorWait``). The sources made here are the ones the first
+            // wait would make.
+            let current = try sources ?? waitSources()
+            sources = current
+            try await waitForSuccessor(of: handedOver, sources: current, deadline: deadline)
+        }
         if let sources {
             // Drop a delivery left over from before this call (often this process's own last
             // release): the first pass below reads the record anyway.
@@ -274,6 +284,35 @@ extension RoleCore {
     private func isOwnRing(_ wake: Wake) -> Bool {
         if case .signal(let delivery, let posts) = wake { return posts == 1 && isOwnRing(delivery) }
         return false
+    }
+
+    /// After this process released the role on a stop request (``RoleCore/State/handedOver``),
+    /// and before the requester's grant moved the bell's change word past that release: returns
+    /// once ``RoleDirectory/successorWait`` has passed since the release, or earlier when the
+    /// role's signal rings (a release, a requester giving up) or a lock file of the role's
+    /// directory is closed (a death); suspended meanwhile. A wake-up that finds the change word
+    /// moved (the grant, or another write of the record) ends it too.
+    /// - Throws: `CancellationError` when the task is cancelled.
+    private func waitForSuccessor(of handOver: HandOver, sources: WaitSources, deadline: Deadline) async throws {
+        let bell = directory.bell
+        handOverTrace("acquire.succ")
+        successorWaits.add(1, ordering: .relaxed)
+        let observer = sources.observation.observer
+        let filesSeen = sources.files.events.snapshot()
+        let end = deadline.earliest(handOver.until)
+        while true {
+            let seen = observer.arrivalCounter.snapshot()
+            // Deliveries taken here are looked at by the first pass anyway (it reads the record).
+            _ = try observer.takeCounted()
+            guard bell.changeCount() == handOver.changes else { break }
+            do {
+                let index = try await EventCounter.waitAny([(observer.arrivalCounter, seen), (sources.files.events, filesSeen)], deadline: end)
+                if index == 1 { break }
+            } catch let error as BatonError where error.code == .timedOut {
+                break
+            }
+        }
+        handOverTrace("acquire.succ.end")
     }
 
     private static func waitAny(

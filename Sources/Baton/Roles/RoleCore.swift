@@ -57,6 +57,17 @@ final class RoleCore: Sendable {
         /// Registrations with the suspension controller of every container object the role was
         /// opened through.
         var registrations: [ObjectIdentifier: (controller: SuspensionController, token: SuspensionController.RegistrationToken)] = [:]
+        /// Set by a release that answered a stop request: the bell's change word as that release
+        /// left it, and until when this process's next acquisition keeps off the arbiter while
+        /// the requester's grant has not moved it (``RoleDirectory/successorWait``). Taken by
+        /// that acquisition.
+        var handedOver: HandOver?
+    }
+
+    /// A release that answered a stop request (see ``State/handedOver``).
+    struct HandOver: Sendable {
+        var changes: UInt32
+        var until: Deadline
     }
 
     let state = Mutex(State())
@@ -65,6 +76,9 @@ final class RoleCore: Sendable {
     private let waitSourcesCache = Mutex<WaitSources?>(nil)
     /// Moves when the turn or the grant changes in this process.
     let turnChanges = EventCounter()
+    /// How many acquisitions of this process began to wait for the grant of the process it had
+    /// just released to (``RoleDirectory/successorWait``; for tests and diagnostics).
+    let successorWaits = Atomic<Int>(0)
 
     private init(container: SharedContainer, name: String) throws {
         self.container = container
@@ -276,12 +290,17 @@ final class RoleCore: Sendable {
         if !suspended {
             // Nothing may be locked while suspended: the record then still names this epoch,
             // but its holder file is unlocked, so others see the role as free.
-            _ = try? directory.transition { transaction in
-                if transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == baton_process_id() {
-                    transaction.record.holder = nil
-                    transaction.record.stop = nil
-                }
+            let handedOver = try? directory.transition { transaction -> HandOver? in
+                guard transaction.record.holder?.epoch == epoch, transaction.record.holder?.pid == baton_process_id() else { return nil }
+                let answered = transaction.record.stop != nil
+                transaction.record.holder = nil
+                transaction.record.stop = nil
+                // Read under the lock; this transition's own ring moves the word once more.
+                guard answered else { return nil }
+                let bound = Duration.nanoseconds(directory.successorWaitNanoseconds.load(ordering: .relaxed))
+                return HandOver(changes: directory.bell.changeCount() &+ 1, until: .after(bound))
             }
+            if let handedOver { state.withLock { $0.handedOver = handedOver } }
         }
         handOverTrace("release.written")
         holderLock.unlock()
