@@ -36,6 +36,9 @@ enum InboxBench: BenchSuite {
         // the way the README recommends; the floor is the same binary reading the row with GRDB.
         sync()
         let sample = sampleExecutable()
+        guard access(sample, X_OK) == 0 else {
+            throw CommandOutcome(.notFound, "not found: \(sample); baton bench inbox runs the sample extension built beside baton (swift build -c release --static-swift-stdlib -Xlinker -no-pie --product baton-extension-sample), or set BATON_EXTENSION_SAMPLE")
+        }
         let inbox = try await Inbox.open(container: container)
         try await inbox.store(IncomingMessage(id: "stored", payload: Data("hello".utf8)))
         var extensionRuns: [SampleRun] = [], rawRuns: [SampleRun] = []

@@ -32,6 +32,16 @@ struct CommandLineProductTests {
         return result
     }
 
+    @Test("bench inbox without the sample extension says what is missing and how to build it")
+    func benchInboxWithoutItsSample() async throws {
+        let missing = FileManager.default.temporaryDirectory.appendingPathComponent("no-baton-extension-sample-\(getpid())").path
+        let child = try ChildProcess(rawArguments: ["bench", "inbox", "--quick", "--conditions", "idle"].map { Array($0.utf8) }, container: nil,
+                                     environment: ["BATON_EXTENSION_SAMPLE": missing])
+        let status = try await child.wait(timeout: 60)
+        #expect(status == 66, "exit status \(status): \(child.errorLines)")
+        #expect(child.errorLines.contains { $0.contains(missing) && $0.contains("--product baton-extension-sample") }, "\(child.errorLines)")
+    }
+
     @Test("each class of outcome has its own exit status, the same in every subcommand")
     func exitStatusClasses() async throws {
         let directory = try TemporaryContainer()
