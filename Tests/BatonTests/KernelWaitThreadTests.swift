@@ -169,7 +169,7 @@ struct KernelWaitThreadTests {
         }
 
         func wait(after seen: UInt32, deadline: Deadline) async throws {
-            try await thread.wait(after: seen, deadline: deadline.instant)
+            try await thread.wait(after: seen, deadline: deadline)
         }
 
         func beginWait(after seen: UInt32) -> Bool {
@@ -220,7 +220,7 @@ struct KernelWaitThreadTests {
         let thread = try #require(bell?.thread)
         // A wait on the thread alone (a deadline-only wait, no deadline): it holds the thread,
         // not the source.
-        let waiting = Task { await Self.ending { try await thread.wait(after: nil, deadline: nil) } }
+        let waiting = Task { await Self.ending { try await thread.wait(after: nil, deadline: .never) } }
         let watchdog = Task {
             try await Task.sleep(for: .seconds(30))
             waiting.cancel()
@@ -246,7 +246,7 @@ struct KernelWaitThreadTests {
         #expect(Self.threads(named: name) == 0)
         // A stopped thread refuses new waits at once (a running one would end this one at its
         // deadline).
-        let (late, _) = await Self.ending { try await thread.wait(after: nil, deadline: .now + .seconds(5)) }
+        let (late, _) = await Self.ending { try await thread.wait(after: nil, deadline: .after(.seconds(5))) }
         #expect(late == .cancelled)
     }
 

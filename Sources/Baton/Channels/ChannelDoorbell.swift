@@ -151,7 +151,7 @@ final class ChannelDoorbell: KernelWaitSource, @unchecked Sendable {
         if spinning, spin(after: seen) { return }
         // On the channel executor's thread: that thread sleeps on the word itself.
         if try await ChannelExecutor.waitIfCurrent(self, after: seen, deadline: deadline) { return }
-        try await thread.wait(after: seen, deadlineTime: deadline.time)
+        try await thread.wait(after: seen, deadline: deadline)
     }
 
     static func timedOut() -> BatonError {

@@ -161,14 +161,10 @@ final class KernelWaitThread: @unchecked Sendable {
     /// uncounts it however it ends), until `deadline`, or until the task is cancelled.
     /// - Throws: The thread's timed-out error at the deadline; `CancellationError` when the task
     ///   is cancelled (or the thread was shut down).
-    nonisolated(nonsending) func wait(after seen: UInt32?, deadline: ContinuousClock.Instant?) async throws {
-        try await wait(after: seen, deadlineTime: deadline.map(Self.time))
-    }
-
-    /// ``wait(after:deadline:)`` with the deadline on the thread's time base (``time(_:)``,
-    /// ``Deadline/time``).
-    nonisolated(nonsending) func wait(after seen: UInt32?, deadlineTime time: Int64?) async throws {
+    nonisolated(nonsending) func wait(after seen: UInt32?, deadline: Deadline) async throws {
         let id = nextID.add(1, ordering: .relaxed).newValue
+        // On the thread's time base already (``Deadline/time``).
+        let time = deadline.time
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let registration = state.withLock { locked -> Registration in

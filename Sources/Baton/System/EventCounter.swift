@@ -84,7 +84,7 @@ package final class EventCounter: Sendable {
             if snapshot() != seen { return }
             throw Self.timedOut
         }
-        try await waitForNotification(after: seen, deadline: deadline.time)
+        try await waitForNotification(after: seen, deadline: deadline)
     }
 
     private static var timedOut: BatonError { BatonError(.timedOut, "the deadline passed before the awaited event") }
@@ -93,9 +93,9 @@ package final class EventCounter: Sendable {
         state.withLock { $0.remove(id) }
     }
 
-    private func waitForNotification(after seen: UInt64, deadline: Int64?) async throws {
+    private func waitForNotification(after seen: UInt64, deadline: Deadline) async throws {
         let id = Self.nextID.add(1, ordering: .relaxed).newValue
-        let timer = deadline.map { time in
+        let timer = deadline.time.map { time in
             DeadlineTimer.shared.schedule(atTime: time) { [self] in
                 if case .single(let continuation)? = removeWaiter(id) { continuation.resume(throwing: Self.timedOut) }
             }
@@ -106,7 +106,7 @@ package final class EventCounter: Sendable {
                 let resumeNow = state.withLock { state -> (any Error)?? in
                     if Task.isCancelled { return .some(CancellationError()) }
                     if state.count != seen { return .some(nil) }
-                    if let deadline, KernelWaitThread.now() >= deadline { return .some(Self.timedOut) }
+                    if deadline.hasPassed { return .some(Self.timedOut) }
                     state.add(Waiter(id: id, wake: .single(continuation)))
                     return .none
                 }
