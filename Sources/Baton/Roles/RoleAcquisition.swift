@@ -297,19 +297,13 @@ extension RoleCore {
         let bell = directory.bell
         handOverTrace("acquire.succ")
         successorWaits.add(1, ordering: .relaxed)
-        let observer = sources.observation.observer
         let filesSeen = sources.files.events.snapshot()
         let end = deadline.earliest(handOver.until)
-        while true {
-            let seen = observer.arrivalCounter.snapshot()
-            // Deliveries taken here are looked at by the first pass anyway (it reads the record).
-            _ = try observer.takeCounted()
-            guard bell.changeCount() == handOver.changes else { break }
-            do {
-                let index = try await EventCounter.waitAny([(observer.arrivalCounter, seen), (sources.files.events, filesSeen)], deadline: end)
-                if index == 1 { break }
-            } catch let error as BatonError where error.code == .timedOut {
-                break
+        // A delivery taken here is looked at by the first pass anyway (it reads the record).
+        waiting: while bell.changeCount() == handOver.changes {
+            switch try await Self.waitAny(observation: sources.observation, files: sources.files, filesSeen: filesSeen, deadline: end) {
+            case .signal: continue
+            case .files, .timeout: break waiting
             }
         }
         handOverTrace("acquire.succ.end")
