@@ -97,6 +97,9 @@ public final class LoopbackServer: Sendable {
     /// call while nobody waits. (Only touched atomically; `nonisolated(unsafe)` because a
     /// pointer is not `Sendable`.)
     nonisolated(unsafe) private let changes: UnsafeMutablePointer<UInt32>
+    /// Moves with every change of the records (the count of `changes` in the same step), for
+    /// ``waitUntil(timeout:_:)``, which waits suspended instead of holding a thread.
+    private let recordChanges = EventCounter()
     private let onEvent: @Sendable (Event) -> Void
     private let onPush: @Sendable (String) -> Void
     private let loop: Mutex<PollLoop?> = Mutex(nil)
@@ -214,6 +217,7 @@ public final class LoopbackServer: Sendable {
     private func noteChange() {
         baton_add32(changes, 1)
         if baton_load32(changes + 1) > 0 { AddressWait.wakeAll(changes) }
+        recordChanges.notify()
     }
 
     /// Sleeps in the kernel until a connection that said `HELLO` with `name` (any open
@@ -268,6 +272,7 @@ public final class LoopbackServer: Sendable {
                 greet(&state, fd: fd, record: record, name: name, pid: pid, epoch: epoch, events: &events)
             case .ping:
                 state.records[record].pings += 1
+                noteChange()
             case .ack(let id):
                 guard let index = state.messages.firstIndex(where: { $0.id == id && $0.deliveredTo == fd }) else { return }
                 state.messages.remove(at: index)
@@ -478,17 +483,24 @@ public final class LoopbackServer: Sendable {
         try register(listener: listener)
     }
 
-    /// Waits (polling every 2 ms, a test helper) until `predicate` holds for the records.
+    /// Waits, suspended, until `predicate` holds for the records, looking again at every change
+    /// of them (an open, a `HELLO`, a `PING`, a close, a drop); a test helper.
+    /// - Returns: The records that satisfied `predicate`.
+    /// - Throws: `timedOut` (with the records as they stood) when `timeout` seconds pass first;
+    ///   `CancellationError` when the task is cancelled.
     @discardableResult
     package func waitUntil(timeout: Double = 20, _ predicate: ([Record]) -> Bool) async throws -> [Record] {
-        let deadline = ContinuousClock.now.advanced(by: .milliseconds(Int64(timeout * 1000)))
+        let deadline = Deadline.after(.milliseconds(Int64(timeout * 1000)))
         while true {
+            // Read before the records: a change after this look moves it, and ends the wait.
+            let seen = recordChanges.snapshot()
             let snapshot = records
             if predicate(snapshot) { return snapshot }
-            if ContinuousClock.now >= deadline {
-                throw BatonError(.timedOut, "the loopback server's records did not reach the expected state within \(timeout)s: \(snapshot)")
+            do {
+                try await recordChanges.wait(after: seen, deadline: deadline)
+            } catch let error as BatonError where error.code == .timedOut {
+                throw BatonError(.timedOut, "the loopback server's records did not reach the expected state within \(timeout)s: \(records)")
             }
-            try await Task.sleep(for: .milliseconds(2))
         }
     }
 

@@ -1,3 +1,4 @@
+import Baton
 import BatonLoopback
 import BatonTestSupport
 import Foundation
@@ -81,5 +82,37 @@ struct LoopbackServerTests {
         // at its timeout would have returned true too, after 60 s).
         let opened = try await within(30, "the wait for the named connection") { try await waiting.value }
         #expect(opened)
+    }
+
+    /// `waitUntil(timeout:_:)` waits suspended and looks again at each change of the records:
+    /// a `PING` ends a wait for it at once (a wait woken only by opens and closes, or one that
+    /// looked only at its timeout, would run into the 60 s timeout); it throws `timedOut` with
+    /// the records when its timeout passes, and `CancellationError` when cancelled.
+    @Test func theWaitForTheRecordsEndsAtTheChangeItWaitsFor() async throws {
+        let server = try LoopbackServer(messaging: false)
+        let fd = try LoopbackSocket.connected(port: server.port)
+        defer { close(fd) }
+        #expect(LoopbackSocket.write(fd, "HELLO pinger 1 0\n"))
+        try await server.waitUntil(timeout: 30) { $0.first?.name == "pinger" }
+
+        let waiting = Task { try await server.waitUntil(timeout: 60) { ($0.first?.pings ?? 0) >= 2 } }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(LoopbackSocket.write(fd, "PING\n"))
+        #expect(LoopbackSocket.write(fd, "PING\n"))
+        let records = try await within(30, "the wait for two pings") { try await waiting.value }
+        #expect(records.first?.pings == 2)
+
+        await #expect {
+            try await server.waitUntil(timeout: 0.05) { _ in false }
+        } throws: { error in
+            (error as? BatonError)?.code == .timedOut && "\(error)".contains("pinger")
+        }
+
+        let cancelled = Task { try await server.waitUntil(timeout: 60) { _ in false } }
+        try await Task.sleep(for: .milliseconds(50))
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) {
+            try await within(30, "the cancelled wait") { try await cancelled.value }
+        }
     }
 }
