@@ -196,6 +196,7 @@ extension RoleCore {
                 throw BatonError(.suspended, "cannot acquire role \(name) while the process is suspended; call resume() first")
             }
             let decision = try decide(&transaction, priority: priority, kind: kind, options: options, wroteStop: &wroteStop)
+            handOverTrace("pass.decided")
             if case .wait = decision {
                 if !waiterLock.isLocked {
                     _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))

@@ -114,10 +114,13 @@ final class RoleDirectory: Sendable {
     }
 
     private func transact<R>(_ descriptors: inout Descriptors, _ body: (inout Transaction) throws -> R) throws -> R {
+        handOverTrace("pass.locked")
         let (original, condition) = try readRecord(descriptors.record)
+        handOverTrace("pass.read")
         let recovered = condition == .recovered
         var transaction = Transaction(record: original, directory: self)
         let result = try body(&transaction)
+        handOverTrace("pass.body")
         if transaction.record != original || recovered {
             descriptors.wroteRecord = true
             transaction.record.sequence = original.sequence &+ 1
@@ -129,6 +132,7 @@ final class RoleDirectory: Sendable {
                 transaction.record.encode(into: UnsafeMutableRawBufferPointer(
                     start: descriptors.record.pointer.advanced(by: slot * RoleRecord.slotSize), count: RoleRecord.slotSize))
             }
+            handOverTrace("pass.encoded")
             if transaction.durable || recovered {
                 try descriptors.record.sync()
             }
