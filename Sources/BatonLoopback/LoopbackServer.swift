@@ -92,7 +92,7 @@ public final class LoopbackServer: Sendable {
     /// wakes for its sockets alone.
     private let messaging: Bool
     private let state = Mutex(State())
-    /// Word 0: bumped at every open, `HELLO` and close; word 1: how many threads sleep on word 0
+    /// Word 0: bumped at every change of the records (``noteChange()``); word 1: how many threads sleep on word 0
     /// (``waitForOpenConnections(timeout:until:)``), so that the server's thread makes no wake-up
     /// call while nobody waits. (Only touched atomically; `nonisolated(unsafe)` because a
     /// pointer is not `Sendable`.)
@@ -212,8 +212,8 @@ public final class LoopbackServer: Sendable {
         }
     }
 
-    /// Wakes the threads waiting for a change of the connections (called under the state's
-    /// lock, after the change).
+    /// Wakes the threads and the tasks waiting for a change of the records: an open, a `HELLO`,
+    /// a `PING`, a close, a drop (called under the state's lock, after the change).
     private func noteChange() {
         baton_add32(changes, 1)
         if baton_load32(changes + 1) > 0 { AddressWait.wakeAll(changes) }
@@ -231,15 +231,14 @@ public final class LoopbackServer: Sendable {
     /// every open, `HELLO` and close, or until `timeout` has passed.
     /// - Returns: Whether it holds.
     package func waitForOpenConnections(timeout: Duration, until condition: ([Record]) -> Bool) -> Bool {
-        let deadline = baton_monotonic_ns() &+ UInt64(max(0, timeout.nanoseconds))
+        let deadline = Deadline.after(timeout)
         baton_add32(changes + 1, 1)
         defer { baton_sub32(changes + 1, 1) }
         while true {
             let seen = baton_load32(changes)
             if condition(openConnections) { return true }
-            let now = baton_monotonic_ns()
-            guard now < deadline else { return false }
-            _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: Int64(deadline - now))
+            if deadline.hasPassed { return false }
+            _ = AddressWait.wait(on: changes, expecting: seen, timeoutNanoseconds: deadline.sleepTimeout)
         }
     }
 

@@ -84,7 +84,7 @@ extension RoleCore {
         var shortWaits = 0
         // Kept from an earlier acquisition, or created at the first wait past the hand-over watch.
         var sources = existingWaitSources
-        if let handedOver = state.withLock({ state in defer { state.handedOver = nil }; return state.handedOver }),
+        if let handedOver = state.withLock({ $0.handedOver.take() }),
            directory.bell.changeCount() == handedOver.changes {
             // This process has just released on a stop request, and the requester has not
             // written its grant yet: keep off the arbiter for a moment
