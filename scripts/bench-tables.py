@@ -46,6 +46,8 @@ ROWS=[
 ('lifecycle','preemption_to_connected_p99_us','raw_flock_handover_connect_p99_us','role preemption to the new connection up, p99','raw flock hand-over + connect','≤ 3'),
 ('lifecycle','preemption_to_connected_state_seen_p50_us','raw_flock_handover_connect_p50_us','the same, until a `states()` subscriber sees it, p50','raw flock hand-over + connect','—'),
 ('lifecycle','preemption_to_connected_signal_thread_p50_us','raw_flock_handover_connect_p50_us','the same, both supervisors on `signals.executor`, p50','raw flock hand-over + connect','—'),
+('lifecycle','preemption_to_connected_one_processor_p50_us','raw_flock_handover_connect_one_processor_p50_us','role preemption to the new connection up, every process on one processor, p50','raw flock hand-over + connect, on one processor','diagnostic'),
+('lifecycle','preemption_to_connected_one_processor_p99_us','raw_flock_handover_connect_one_processor_p99_us','role preemption to the new connection up, every process on one processor, p99','raw flock hand-over + connect, on one processor','diagnostic'),
 ('lifecycle','drop_to_connected_p50_us','raw_drop_to_reconnect_p50_us','server drop to reconnected, p50','raw client reconnecting on EOF','—'),
 ('defaults','set_per_s','mmap_append_crc_per_s','sets/s','mmap append + CRC-32C (MMKV multi-process: 0.77 M)','≥ 1 M/s'),
 ('defaults','get_per_s','dictionary_get_per_s','gets/s','`Dictionary` lookup (MMKV: 1.9 M)','≥ 4 M/s'),

@@ -2,6 +2,7 @@ import Baton
 import BatonFixtures
 import BatonCommandSupport
 import BatonLoopback
+import CBatonHarness
 import CBatonShims
 import Foundation
 import Synchronization
@@ -42,6 +43,10 @@ enum LifecycleBench: BenchSuite {
         }
         let (rawHandover, preemption, preemptionOnSignalThread) = (handOvers.raw, handOvers.global.samples, handOvers.signalThread.samples)
         let (global, signalThread) = (handOvers.global.overlaps, handOvers.signalThread.overlaps)
+        FileHandleOutput.standardError("lifecycle bench: measuring hand-overs with every process on one processor")
+        let single = try await withTimeout("the hand-overs on one processor") {
+            try await measureHandOversOnOneProcessor(container: container, path: path, server: server, rounds: max(handovers / 4, handOverBlock))
+        }
 
         let results = [
             BenchResult(name: "drop_to_connected_p50_us", value: percentile(supervised, 50), unit: "us", floorName: "raw_connect_p50_us", floor: percentile(rawConnect, 50)),
@@ -56,12 +61,24 @@ enum LifecycleBench: BenchSuite {
             BenchResult(name: "preemption_to_connected_signal_thread_p99_us", value: percentile(preemptionOnSignalThread.up, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
             BenchResult(name: "preemption_to_connected_signal_thread_state_seen_p50_us", value: percentile(preemptionOnSignalThread.observed, 50), unit: "us", floorName: "raw_flock_handover_connect_p50_us", floor: percentile(rawHandover, 50)),
             BenchResult(name: "preemption_to_connected_signal_thread_state_seen_p99_us", value: percentile(preemptionOnSignalThread.observed, 99), unit: "us", floorName: "raw_flock_handover_connect_p99_us", floor: percentile(rawHandover, 99)),
-        ]
+        ] + (single.map { single in
+            [50.0, 99.0].flatMap { p -> [BenchResult] in
+                let tag = "p\(Int(p))"
+                let floor = percentile(single.raw, p)
+                return [
+                    BenchResult(name: "preemption_to_connected_one_processor_\(tag)_us", value: percentile(single.global.samples.up, p), unit: "us", floorName: "raw_flock_handover_connect_one_processor_\(tag)_us", floor: floor),
+                    BenchResult(name: "preemption_to_connected_signal_thread_one_processor_\(tag)_us", value: percentile(single.signalThread.samples.up, p), unit: "us", floorName: "raw_flock_handover_connect_one_processor_\(tag)_us", floor: floor),
+                ]
+            }
+        } ?? [])
         return (results, [
             "method": "\(rounds) drops and \(handovers) hand-overs of each kind after warm-up, loopback TCP, server and supervisor in one process; the preempted holder is a separate process; the preempting process keeps one Role for all its hand-overs and starts a new supervisor for each; the raw floor and the two supervised hand-overs (each with its own worker and role) run in alternating blocks of \(Self.handOverBlock) sampled rounds (after \(Self.handOverBlockWarmUp) unsampled ones), so that each figure and its floor see the same state of the machine",
             "end_point": "preemption_to_connected: from the preempting process's start of its supervisor (on the thread it runs on: the signal thread for ..._signal_thread) until its connect closure returns the new connection (connected, HELLO written: where the raw floor stops its clock); ..._state_seen: until the bench's task, a states() subscriber, sees .connected (one more hand-off between tasks, which the floor does not make)",
             "permit": "preemption uses roles (RolePermit: main preempts executor); preemption_to_connected: both supervisors on Swift's global executor; ..._signal_thread: both run under withTaskExecutorPreference(container.signals.executor) (connect() itself runs on the global executor: under the preference each attempt is an ordinary unstructured task; without one it starts immediately on the supervisor's own thread, Task.immediate)",
             "cores": "\(sysconf(Int32(_SC_NPROCESSORS_ONLN)))",
+            "one_processor": single == nil
+                ? "not measured: this process could not be pinned to one processor (Linux only)"
+                : "the raw floor and both supervised hand-overs again, with the bench process (its server, its signal thread, every thread) and new workers pinned to one processor, in alternating blocks as above (\(max(handovers / 4, handOverBlock)) sampled hand-overs of each kind): the raw floor's processes take turns on one processor of their own accord (its pipe byte and its flock wake the next process where the last one runs), while a supervised hand-over's threads (each process's signal thread and pool threads, woken by futex) are spread over the processors by the scheduler, and a wake-up that lands on an idle processor can cost tens of µs (30-40 µs on the 2-core virtual machine of BENCHMARKS.md). These rows measure the hand-over's own work, context switches included, with that placement taken out; the plain rows are the ones the targets are for",
             "server_observed_overlaps": "\(global.count) of \(global.handOvers) hand-overs (global executor) and \(signalThread.count) of \(signalThread.handOvers) (signal thread), warm-up rounds included: the server saw the new holder's connection before the end of the old one's, although the old one's shutdown(2) returned before its role was released (each core's loopback packets go through that core's own backlog, so a FIN and the other core's SYN can reach the server in either order)",
         ])
     }
@@ -76,12 +93,14 @@ enum LifecycleBench: BenchSuite {
     /// after a warm-up of a tenth of `rounds` each (this machine runs a process at one speed for
     /// a second or more, then much slower: measured one after the other, the floor of a run
     /// ranged 36-113 µs between consecutive runs).
-    private static func measureHandOvers(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws
-        -> (raw: [Double], global: (samples: Preemption.Samples, overlaps: Preemption.Overlaps), signalThread: (samples: Preemption.Samples, overlaps: Preemption.Overlaps)) {
+    /// - Parameter tag: Appended to the roles' names and the connections' names at the server, so
+    ///   that a second measurement in the same run has roles and server records of its own.
+    private static func measureHandOvers(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int, tag: String = "") async throws
+        -> HandOvers {
         server.dropAll()
         let raw = try RawHandOver(path: path, server: server)
-        let global = try Preemption(container: container, path: path, server: server, onSignalThread: false)
-        let signalThread = try Preemption(container: container, path: path, server: server, onSignalThread: true)
+        let global = try Preemption(container: container, path: path, server: server, onSignalThread: false, tag: tag)
+        let signalThread = try Preemption(container: container, path: path, server: server, onSignalThread: true, tag: tag)
         defer {
             raw.finish()
             global.finish()
@@ -103,6 +122,22 @@ enum LifecycleBench: BenchSuite {
             done += block
         }
         return (rawSamples, (globalSamples, try global.overlaps()), (signalSamples, try signalThread.overlaps()))
+    }
+
+    /// What ``measureHandOvers(container:path:server:rounds:tag:)`` measured.
+    private typealias HandOvers = (raw: [Double], global: (samples: Preemption.Samples, overlaps: Preemption.Overlaps), signalThread: (samples: Preemption.Samples, overlaps: Preemption.Overlaps))
+
+    /// ``measureHandOvers(container:path:server:rounds:tag:)`` with every thread of this process
+    /// pinned to the processor it runs on, and new workers (which inherit the pin); `nil` where
+    /// the process cannot be pinned (not Linux). The pin is undone before this returns.
+    private static func measureHandOversOnOneProcessor(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws -> HandOvers? {
+        let processor = max(CurrentProcessor.hint, 1) - 1
+        guard baton_bench_pin_process(Int32(processor)) == 0 else {
+            _ = baton_bench_unpin_process()
+            return nil
+        }
+        defer { _ = baton_bench_unpin_process() }
+        return try await measureHandOvers(container: container, path: path, server: server, rounds: rounds, tag: "-one-processor")
     }
 
     /// Runs `body`, failing the benchmark instead of hanging if it takes over two minutes.
@@ -275,8 +310,8 @@ enum LifecycleBench: BenchSuite {
         /// The names this process's and the worker's connections give the server.
         let appName: String, holderName: String
 
-        init(container: SharedContainer, path: String, server: LoopbackServer, onSignalThread: Bool) throws {
-            let suffix = onSignalThread ? "-signal-thread" : ""
+        init(container: SharedContainer, path: String, server: LoopbackServer, onSignalThread: Bool, tag: String) throws {
+            let suffix = (onSignalThread ? "-signal-thread" : "") + tag
             self.container = container
             self.server = server
             appName = "app" + suffix

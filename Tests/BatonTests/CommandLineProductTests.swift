@@ -42,6 +42,34 @@ struct CommandLineProductTests {
         #expect(child.errorLines.contains { $0.contains(missing) && $0.contains("--product baton-extension-sample") }, "\(child.errorLines)")
     }
 
+    /// The lifecycle suite measures the hand-over a second time with every process on one
+    /// processor, beside a raw floor measured the same way: both rows, each against its own
+    /// floor, or a note that says why they are missing (a process that cannot be pinned).
+    @Test("bench lifecycle reports the hand-over on one processor beside its own floor, or says why not")
+    func benchLifecycleOneProcessorRows() async throws {
+        let result = try await runBaton(["bench", "lifecycle", "--quick", "--conditions", "idle", "--json"], container: nil, timeout: 120)
+        #expect(result.status == 0, "exit status \(result.status): \(result.errors)")
+        let report = Self.object(result.lines.joined())
+        let rows = (report["results"] as? [[String: Any]]) ?? []
+        let note = (report["notes"] as? [String: String])?["one_processor"] ?? ""
+        let pinned = rows.filter { ($0["name"] as? String)?.contains("_one_processor_") == true }
+        if note.hasPrefix("not measured") {
+            #expect(pinned.isEmpty, "rows without a pin: \(pinned)")
+        } else {
+            #expect(!note.isEmpty, "no one_processor note: \(report["notes"] ?? "none")")
+            let names = Set(pinned.compactMap { $0["name"] as? String })
+            for percentile in ["p50", "p99"] {
+                for kind in ["preemption_to_connected_one_processor", "preemption_to_connected_signal_thread_one_processor"] {
+                    #expect(names.contains("\(kind)_\(percentile)_us"), "\(kind) \(percentile) missing: \(names)")
+                }
+            }
+            for row in pinned {
+                #expect(row["floor_name"] as? String == "raw_flock_handover_connect_one_processor_\(((row["name"] as? String) ?? "").contains("_p50_") ? "p50" : "p99")_us", "\(row)")
+                #expect(((row["value"] as? Double) ?? 0) > 0 && ((row["floor"] as? Double) ?? 0) > 0, "\(row)")
+            }
+        }
+    }
+
     @Test("each class of outcome has its own exit status, the same in every subcommand")
     func exitStatusClasses() async throws {
         let directory = try TemporaryContainer()
