@@ -120,6 +120,68 @@ struct RoleTests {
         await takeover.release()
     }
 
+    /// A waiter file's content is written in place in its mapping (no `String`): its priority,
+    /// its pid, the wall time and its kind (here with a space and a non-ASCII letter), then
+    /// newlines to the end; the status reads the kind back from it.
+    @Test("a waiter's file holds its priority, pid, wall time and kind, and the status shows its kind")
+    func aWaiterFileHoldsItsPriorityPidTimeAndKind() async throws {
+        let dir = try TemporaryContainer()
+        let role = try SharedContainer(path: dir.path).role()
+        let holder = try ChildProcess(["role", "acquire", "--priority", "200", "--hold", "60"], container: dir.path)
+        _ = try await holder.line(timeout: 30, matching: Self.event("acquired"))
+        let kind = "notification service ü"
+        let before = Int64(Date().timeIntervalSince1970 * 1e9)
+        let waiter = try ChildProcess(["role", "acquire", "--priority", "150", "--kind", kind, "--timeout", "60"], container: dir.path)
+        let status = try await Self.waitForStatus(role) { $0.waiters.contains { $0.pid == waiter.pid } }
+        let listed = try #require(status.waiters.first { $0.pid == waiter.pid })
+        #expect(listed.kind == kind)
+        #expect(listed.priority == RolePriority(150))
+        let directory = dir.path + "/.baton/roles/core"
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).first { $0.hasPrefix("waiter-\(waiter.pid)-") })
+        let fields = try Self.waiterFields([UInt8](try #require(FileManager.default.contents(atPath: directory + "/" + name))))
+        #expect(fields.count == 4, "\(fields)")
+        if fields.count == 4 {
+            #expect(fields[0] == "150")
+            #expect(fields[1] == "\(waiter.pid)")
+            let wall = try #require(Int64(fields[2]))
+            #expect(wall >= before - 1_000_000_000 && wall <= Int64(Date().timeIntervalSince1970 * 1e9) + 1_000_000_000, "\(wall)")
+            #expect(fields[3] == kind)
+        }
+        holder.signal(SIGKILL)
+        _ = try await holder.wait()
+        _ = try await waiter.line(timeout: 30, matching: Self.event("acquired"))
+        #expect(try await waiter.wait() == 0)
+    }
+
+    /// The waiter-file writer alone: a negative priority, and a kind too long for the file
+    /// (cut so that one newline still ends the content).
+    @Test("the waiter-file writer writes negative numbers and cuts a kind that does not fit")
+    func waiterContentEdgeCases() throws {
+        let size = RoleLockFile.contentSize
+        var content = [UInt8](repeating: 0xFF, count: size)
+        content.withUnsafeMutableBytes { RoleDirectory.writeWaiterContent(priority: RolePriority(-3), kind: "k", into: $0) }
+        let fields = try Self.waiterFields(content)
+        #expect(fields.count == 4 && fields[0] == "-3" && fields[1] == "\(getpid())" && fields[3] == "k", "\(fields)")
+        let long = String(repeating: "x", count: 400)
+        content.withUnsafeMutableBytes { RoleDirectory.writeWaiterContent(priority: RolePriority(Int.min + 1), kind: long, into: $0) }
+        let cut = try Self.waiterFields(content)
+        #expect(cut.count == 4 && cut[0] == "\(Int.min + 1)", "\(cut)")
+        #expect(content[size - 1] == UInt8(ascii: "\n") && content[size - 2] == UInt8(ascii: "x"))
+        #expect(cut.count == 4 && cut[3].count == size - 1 - (cut[0].count + cut[1].count + cut[2].count + 3))
+    }
+
+    /// The four fields of a waiter file's content (its first ``RoleLockFile/contentSize``
+    /// bytes), checking that newlines fill it after the text.
+    static func waiterFields(_ bytes: [UInt8]) throws -> [Substring] {
+        let size = RoleLockFile.contentSize
+        try #require(bytes.count >= size)
+        let content = bytes.prefix(size)
+        let line = content.prefix { $0 != UInt8(ascii: "\n") }
+        #expect(line.count < size)
+        #expect(content.dropFirst(line.count).allSatisfy { $0 == UInt8(ascii: "\n") }, "newlines to the end: \(Array(content))")
+        return String(decoding: line, as: UTF8.self).split(separator: " ", maxSplits: 3)
+    }
+
     @Test func aLowerPriorityWaitsBehindAHigherWaiter() async throws {
         let dir = try TemporaryContainer()
         let role = try SharedContainer(path: dir.path).role()

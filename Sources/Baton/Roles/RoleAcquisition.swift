@@ -199,7 +199,7 @@ extension RoleCore {
             handOverTrace("pass.decided")
             if case .wait = decision {
                 if !waiterLock.isLocked {
-                    _ = try waiterLock.lock(content: RoleDirectory.waiterContent(priority: priority, kind: kind))
+                    _ = try waiterLock.lock { RoleDirectory.writeWaiterContent(priority: priority, kind: kind, into: $0) }
                 }
                 let id = waiterLock.id
                 if !transaction.record.waiters.contains(where: { $0.id == id }) {

@@ -70,9 +70,11 @@ final class RoleLockFile: Sendable {
         }
     }
 
-    /// Locks the file exclusively (creating it when missing), after writing `content` into it.
-    /// Call inside a transition of the role. Returns `false` if another process holds it.
-    func lock(content: String? = nil) throws -> Bool {
+    /// Locks the file exclusively (creating it when missing), after `writeContent` wrote its
+    /// content in place: it gets the first ``contentSize`` bytes of the mapping and must fill
+    /// them all. Call inside a transition of the role. Returns `false` if another process holds
+    /// it.
+    func lock(writingContent writeContent: ((UnsafeMutableRawBufferPointer) -> Void)? = nil) throws -> Bool {
         try state.withLock { state in
             if let file = state.file, case .success(let info) = Sys.fstat(file.fd), info.st_nlink == 0 {
                 state = State()
@@ -81,11 +83,7 @@ final class RoleLockFile: Sendable {
             // an uncontended acquire and release, 2.4% of it in a profile).
             let file = try state.file ?? MappedFile(directory.container, relativePath: relativePath, minimumSize: Self.contentSize)
             state.file = file
-            if let content {
-                var bytes = Array(content.utf8.prefix(Self.contentSize - 1))
-                bytes += [UInt8](repeating: UInt8(ascii: "\n"), count: Self.contentSize - bytes.count)
-                bytes.withUnsafeBytes { file.pointer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            }
+            writeContent?(UnsafeMutableRawBufferPointer(start: file.pointer, count: Self.contentSize))
             if state.locked { return true }
             state.locked = try Sys.tryFlock(file.fd, LOCK_EX).get("locking \(relativePath)")
             return state.locked
