@@ -2,6 +2,7 @@ import ArgumentParser
 import Baton
 import BatonCommandSupport
 import BatonSpawn
+import CBatonHarness
 import CBatonShims
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -253,4 +254,18 @@ final class WorkerProcess {
     /// Waits for exit and returns the exit status (128+N when killed by signal N).
     @discardableResult
     func wait() -> Int32 { process.wait() }
+}
+
+/// Runs `body` with every thread of this process pinned to the processor it runs on now (threads
+/// and processes started meanwhile inherit the pin), then undoes the pin, also when `body`
+/// throws; `nil` without running `body` where the process cannot be pinned (not Linux). For a
+/// suite's one-processor rows.
+func onOneProcessor<R>(_ body: () async throws -> R) async throws -> R? {
+    let processor = max(CurrentProcessor.hint, 1) - 1
+    guard baton_bench_pin_process(Int32(processor)) == 0 else {
+        _ = baton_bench_unpin_process()
+        return nil
+    }
+    defer { _ = baton_bench_unpin_process() }
+    return try await body()
 }

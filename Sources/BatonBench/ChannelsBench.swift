@@ -1,6 +1,5 @@
 import Baton
 import BatonCommandSupport
-import CBatonHarness
 import CBatonShims
 
 /// `baton bench channels`: cross-process throughput of each capacity mode and the rendezvous
@@ -115,19 +114,15 @@ enum ChannelsBench: BenchSuite {
     /// bench and of its workers on one processor (the one the bench runs on); `nil` where the
     /// process cannot be pinned (not Linux).
     private static func oneProcessorRoundTrips(container: SharedContainer, path: String, rounds: Int) async throws -> (os: [OSPrimitive: [Double]], rendezvous: [Double], buffered: [Double])? {
-        let processor = max(CurrentProcessor.hint, 1) - 1
-        guard baton_bench_pin_process(Int32(processor)) == 0 else {
-            _ = baton_bench_unpin_process()
-            return nil
+        try await onOneProcessor {
+            var os: [OSPrimitive: [Double]] = [:]
+            for primitive in OSPrimitive.allCases {
+                os[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds)
+            }
+            let rendezvous = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .rendezvous)
+            let buffered = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .bounded(OSLink.queueDepth))
+            return (os, rendezvous, buffered)
         }
-        defer { _ = baton_bench_unpin_process() }
-        var os: [OSPrimitive: [Double]] = [:]
-        for primitive in OSPrimitive.allCases {
-            os[primitive] = try osRoundTrips(primitive, container: path, rounds: rounds)
-        }
-        let rendezvous = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .rendezvous)
-        let buffered = try await channelPingPong(container: container, path: path, rounds: rounds, capacity: .bounded(OSLink.queueDepth))
-        return (os, rendezvous, buffered)
     }
 
     /// A worker at the other end of `primitive`, ready, and the bench's end of the link.

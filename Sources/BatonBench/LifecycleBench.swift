@@ -2,7 +2,6 @@ import Baton
 import BatonFixtures
 import BatonCommandSupport
 import BatonLoopback
-import CBatonHarness
 import CBatonShims
 import Foundation
 import Synchronization
@@ -131,13 +130,9 @@ enum LifecycleBench: BenchSuite {
     /// pinned to the processor it runs on, and new workers (which inherit the pin); `nil` where
     /// the process cannot be pinned (not Linux). The pin is undone before this returns.
     private static func measureHandOversOnOneProcessor(container: SharedContainer, path: String, server: LoopbackServer, rounds: Int) async throws -> HandOvers? {
-        let processor = max(CurrentProcessor.hint, 1) - 1
-        guard baton_bench_pin_process(Int32(processor)) == 0 else {
-            _ = baton_bench_unpin_process()
-            return nil
+        try await onOneProcessor {
+            try await measureHandOvers(container: container, path: path, server: server, rounds: rounds, tag: "-one-processor")
         }
-        defer { _ = baton_bench_unpin_process() }
-        return try await measureHandOvers(container: container, path: path, server: server, rounds: rounds, tag: "-one-processor")
     }
 
     /// Runs `body`, failing the benchmark instead of hanging if it takes over two minutes.

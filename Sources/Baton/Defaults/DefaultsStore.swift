@@ -664,7 +664,8 @@ final class DefaultsStore: Sendable {
             guard let (from, target) = Self.prefaultRange(state), let token = try? container.owners.enter() else { return }
             defer { container.owners.leave() }
             let mutex = SharedMutex(meta.lockMemory)
-            // `tokens: nil`: a held lock is only ever waited for, so at `.now` this is a try.
+            // `tokens: nil`: a held lock is only ever waited for, so with a deadline already
+            // reached (`.after(.zero)`) this is a try.
             guard mutex.lock(as: token, tokens: nil, deadline: .after(.zero), keepAlive: meta.file) != nil else { return }
             defer { mutex.unlock(as: token) }
             let committed = baton_load64(meta.committed)
