@@ -159,7 +159,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonTests",
-            dependencies: ["Baton", "BatonCLI", "BatonHarness", "CBatonHarness", "BatonFixtures", "BatonLoopback", "BatonSimulator", "BatonSpawn", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Baton", "BatonBench", "BatonCLI", "BatonHarness", "CBatonHarness", "BatonFixtures", "BatonLoopback", "BatonSimulator", "BatonSpawn", "BatonTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -227,6 +227,25 @@ public final class LoopbackServer: Sendable {
         waitForOpenConnections(timeout: timeout) { $0.contains { name == nil || $0.name == name } }
     }
 
+    /// Sleeps in the kernel until a connection that said `HELLO` with `name` and came after the
+    /// connection `id` (its ``Record/id`` is larger) is open, or `timeout` has passed.
+    ///
+    /// A benchmark that preempts a holder round after round waits with this for the holder's
+    /// *next* connection: a wait for any open connection with its name would also be ended by
+    /// the connection it just preempted, while the server's thread has not yet read that
+    /// connection's end (on a loaded machine it may not run for milliseconds), and the next
+    /// round would then start before the holder is back.
+    /// - Returns: That connection's ``Record/id`` (the latest, if several are open), or `nil`
+    ///   at the timeout.
+    package func waitForOpenConnection(named name: String, after id: Int, timeout: Duration) -> Int? {
+        var found: Int?
+        guard waitForOpenConnections(timeout: timeout, until: { records in
+            found = records.filter { $0.name == name && $0.id > id }.map(\.id).max()
+            return found != nil
+        }) else { return nil }
+        return found
+    }
+
     /// Sleeps in the kernel until `condition` holds for ``openConnections``, looking again at
     /// every open, `HELLO` and close, or until `timeout` has passed.
     /// - Returns: Whether it holds.

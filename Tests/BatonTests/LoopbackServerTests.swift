@@ -1,4 +1,5 @@
 import Baton
+import BatonBench
 import BatonLoopback
 import BatonTestSupport
 import Foundation
@@ -82,6 +83,41 @@ struct LoopbackServerTests {
         // at its timeout would have returned true too, after 60 s).
         let opened = try await within(30, "the wait for the named connection") { try await waiting.value }
         #expect(opened)
+    }
+
+    /// A hand-over benchmark's round starts at the holder's *next* connection
+    /// (``HolderConnections``): a connection the last round preempted does not start the next
+    /// one while the server still lists it open (on a loaded machine the server's thread reads
+    /// its end late), and a holder that connected fewer times than one more than the rounds
+    /// (a round that preempted nothing) fails the measurement.
+    @Test func aHandOverRoundStartsAtTheHoldersNextConnection() async throws {
+        let server = try LoopbackServer(messaging: false)
+        let holder = HolderConnections()
+        let first = try LoopbackSocket.connected(port: server.port)
+        defer { close(first) }
+        #expect(LoopbackSocket.write(first, "HELLO holder 1 0\n"))
+        let firstID = try holder.waitForNext(server, name: "holder", timeout: .seconds(30))
+        holder.preempted(firstID)
+        // Still open at the server (as a preempted connection whose end it has not read yet):
+        // not a start for the next round.
+        #expect(server.openConnections.contains { $0.id == firstID })
+        #expect(server.waitForOpenConnection(named: "holder", after: firstID, timeout: .milliseconds(50)) == nil)
+        #expect(throws: BatonError.self) { try holder.waitForNext(server, name: "holder", timeout: .milliseconds(50)) }
+        // One round, one connection: a measurement that ended here preempted nothing after it.
+        #expect(throws: BatonError.self) {
+            try holder.checkEveryRoundPreempted(server.records.filter { $0.name == "holder" }, rounds: 1, what: "the holder")
+        }
+        // The holder's next connection, while the first is still open, starts the next round.
+        let second = try LoopbackSocket.connected(port: server.port)
+        defer { close(second) }
+        #expect(LoopbackSocket.write(second, "HELLO holder 1 0\n"))
+        let secondID = try holder.waitForNext(server, name: "holder", timeout: .seconds(30))
+        #expect(secondID > firstID)
+        try holder.checkEveryRoundPreempted(server.records.filter { $0.name == "holder" }, rounds: 1, what: "the holder")
+        // Rounds that this side counts must match too.
+        #expect(throws: BatonError.self) {
+            try holder.checkEveryRoundPreempted(server.records.filter { $0.name == "holder" }, rounds: 2, what: "the holder")
+        }
     }
 
     /// `waitUntil(timeout:_:)` waits suspended and looks again at each change of the records:
