@@ -43,8 +43,9 @@ extension SharedDatabase {
     /// (a task group next to your other services, SwiftUI's `.task`).
     /// - Throws: A signal table error (`capacityExceeded`); returns when the task is cancelled.
     public func run() async throws {
-        var relay = try await CommitRelay.start(self)
         do {
+            // (Cancelled while it starts, too: it returns, as it does once running.)
+            var relay = try await CommitRelay.start(self)
             try await relay.run()
         } catch is CancellationError {
             return

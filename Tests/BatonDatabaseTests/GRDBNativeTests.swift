@@ -136,25 +136,45 @@ struct GRDBNativeTests {
         return write
     }
 
+    /// ``SharedDatabase/run()`` returns when its task is cancelled, also while it is still
+    /// starting (reading the schema on the writer), as its documentation says: it used to throw
+    /// `CancellationError` then.
+    @Test("run() returns when cancelled, also while it starts")
+    func relayReturnsWhenCancelledWhileStarting() async throws {
+        let directory = try TemporaryContainer()
+        let database = try await open(directory, directory.path + "/app.sqlite")
+        for _ in 0..<20 {
+            let relay = Relay(database)
+            relay.task.cancel()
+            await relay.task.value
+            #expect(relay.ended == "the relay returned")
+        }
+    }
+
     @Test("a ValueObservation of the pool sees commits by another process and by the sqlite3 shell")
     func valueObservationSeesOtherProcesses() async throws {
         let directory = try TemporaryContainer()
         let path = directory.path + "/app.sqlite"
         let database = try await open(directory, path)
-        let relay = Task { try await database.run() }
-        defer { relay.cancel() }
+        // (It says how it ended, if it did: a relay that threw would leave the observation
+        // without other processes' commits, and the wait below would only time out.)
+        let relay = Relay(database)
         let observation = ValueObservation.tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0 }
         let values = observation.values(in: database.pool)
-        try await within(30, "fresh values of the pool's ValueObservation") {
-            var iterator = values.makeAsyncIterator()
-            #expect(try await iterator.next() == 0)
-            let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
-            #expect(try await writer.wait() == 0)
-            var seen = 0
-            while seen != 1 { seen = try #require(try await iterator.next()) }
-            if try shell(path, "INSERT INTO item(writer, seq) VALUES (6, 1);") {
-                while seen != 2 { seen = try #require(try await iterator.next()) }
+        do {
+            try await within(30, "fresh values of the pool's ValueObservation") {
+                var iterator = values.makeAsyncIterator()
+                #expect(try await iterator.next() == 0)
+                let writer = try ChildProcess(harness: ["db-test", "write", path, "--count", "1", "--writer", "1"], container: directory.path)
+                #expect(try await writer.wait() == 0)
+                var seen = 0
+                while seen != 1 { seen = try #require(try await iterator.next()) }
+                if try shell(path, "INSERT INTO item(writer, seq) VALUES (6, 1);") {
+                    while seen != 2 { seen = try #require(try await iterator.next()) }
+                }
             }
+        } catch {
+            throw TestFailure("\(error); the relay: \(relay.ended ?? "still running")")
         }
     }
 
