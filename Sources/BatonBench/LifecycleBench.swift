@@ -253,10 +253,10 @@ enum LifecycleBench: BenchSuite {
         }
     }
 
-    /// Sleeps in the kernel until the server has an open connection (named `name`, when given).
-    fileprivate static func waitForOpen(_ server: LoopbackServer, name: String? = nil) throws {
-        guard server.waitForOpenConnection(named: name, timeout: .seconds(5)) else {
-            throw BatonError(.timedOut, "the server saw no connection\(name.map { " named \($0)" } ?? "") within 5 s")
+    /// Sleeps in the kernel until the server has an open connection.
+    private static func waitForOpen(_ server: LoopbackServer) throws {
+        guard server.waitForOpenConnection(timeout: .seconds(5)) else {
+            throw BatonError(.timedOut, "the server saw no connection within 5 s")
         }
     }
 
@@ -305,8 +305,8 @@ enum LifecycleBench: BenchSuite {
         let role: Role
         /// The names this process's and the worker's connections give the server.
         let appName: String, holderName: String
-        /// The server's id of the worker's connection that the last round preempted (-1 before
-        /// the first): each round starts at the worker's next connection (see ``HolderConnections``).
+        /// The worker's connections that the rounds preempted: each round starts at the
+        /// worker's next one (``HolderConnections``).
         let holder = HolderConnections()
 
         init(container: SharedContainer, path: String, server: LoopbackServer, onSignalThread: Bool, tag: String) throws {
@@ -457,10 +457,11 @@ enum LifecycleBench: BenchSuite {
             var samples: [Double] = []
             for _ in 0..<count {
                 // Each round starts as a supervised one does: once the server has seen the
-                // holder's next connection (its HELLO read; see ``HolderConnections``), not while the server's thread may still
-                // be awake with it (then the holder's shutdown below would find that thread
-                // running, and spare the wake-up the supervised rounds pay: 4 µs against 25 µs
-                // for the same shutdown(2), measured with the trace points).
+                // holder's next connection (its HELLO read; see ``HolderConnections``), not
+                // while the server's thread may still be awake with it (then the holder's
+                // shutdown below would find that thread running, and spare the wake-up the
+                // supervised rounds pay: 4 µs against 25 µs for the same shutdown(2), measured
+                // with the trace points).
                 let preempting = try holder.waitForNext(server, name: "raw-holder")
                 handOverTrace("floor.start")
                 let start = monotonicNanoseconds()
