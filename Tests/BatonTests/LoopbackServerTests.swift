@@ -96,13 +96,14 @@ struct LoopbackServerTests {
         let first = try LoopbackSocket.connected(port: server.port)
         defer { close(first) }
         #expect(LoopbackSocket.write(first, "HELLO holder 1 0\n"))
-        let firstID = try holder.waitForNext(server, name: "holder", timeout: .seconds(30))
+        // (The waits sleep in the kernel: each on a thread of its own, not one of the tasks'.)
+        let firstID = try await onOwnThread { try holder.waitForNext(server, name: "holder", timeout: .seconds(30)) }
         holder.preempted(firstID)
         // Still open at the server (as a preempted connection whose end it has not read yet):
         // not a start for the next round.
         #expect(server.openConnections.contains { $0.id == firstID })
-        #expect(server.waitForOpenConnection(named: "holder", after: firstID, timeout: .milliseconds(50)) == nil)
-        #expect(throws: BatonError.self) { try holder.waitForNext(server, name: "holder", timeout: .milliseconds(50)) }
+        #expect(try await onOwnThread { server.waitForOpenConnection(named: "holder", after: firstID, timeout: .milliseconds(50)) } == nil)
+        await #expect(throws: BatonError.self) { try await onOwnThread { try holder.waitForNext(server, name: "holder", timeout: .milliseconds(50)) } }
         // One round, one connection: a measurement that ended here preempted nothing after it.
         #expect(throws: BatonError.self) {
             try holder.checkEveryRoundPreempted(server.records.filter { $0.name == "holder" }, rounds: 1, what: "the holder")
@@ -111,7 +112,7 @@ struct LoopbackServerTests {
         let second = try LoopbackSocket.connected(port: server.port)
         defer { close(second) }
         #expect(LoopbackSocket.write(second, "HELLO holder 1 0\n"))
-        let secondID = try holder.waitForNext(server, name: "holder", timeout: .seconds(30))
+        let secondID = try await onOwnThread { try holder.waitForNext(server, name: "holder", timeout: .seconds(30)) }
         #expect(secondID > firstID)
         try holder.checkEveryRoundPreempted(server.records.filter { $0.name == "holder" }, rounds: 1, what: "the holder")
         // Rounds that this side counts must match too.
