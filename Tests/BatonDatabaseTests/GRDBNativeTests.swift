@@ -22,11 +22,11 @@ struct GRDBNativeTests {
 
     /// Runs `sql` in the `sqlite3` shell (a program that does not use Baton); `false` when the
     /// shell is not installed.
-    func shell(_ path: String, _ sql: String) throws -> Bool {
+    func shell(_ path: String, _ sql: String) async throws -> Bool {
         guard let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             return false
         }
-        #expect(try runProgram(shell, [path, sql]).status == 0)
+        #expect(try await runProgram(shell, [path, sql]).status == 0)
         return true
     }
 
@@ -169,7 +169,7 @@ struct GRDBNativeTests {
                 #expect(try await writer.wait() == 0)
                 var seen = 0
                 while seen != 1 { seen = try #require(try await iterator.next()) }
-                if try shell(path, "INSERT INTO item(writer, seq) VALUES (6, 1);") {
+                if try await shell(path, "INSERT INTO item(writer, seq) VALUES (6, 1);") {
                     while seen != 2 { seen = try #require(try await iterator.next()) }
                 }
             }

@@ -474,7 +474,7 @@ struct SharedDatabaseTests {
 
         let shell = ["/usr/bin/sqlite3", "/bin/sqlite3"].first { FileManager.default.isExecutableFile(atPath: $0) }
         if let shell {
-            #expect(try runProgram(shell, [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]).status == 0)
+            #expect(try await runProgram(shell, [path, "INSERT INTO item(writer, seq) VALUES (6, 1);"]).status == 0)
             while seen != 2 { seen = try #require(try await values.next()) }
         }
     }

@@ -162,8 +162,19 @@ package func runHarness(_ arguments: [String], container: String?, timeout: Doub
     return (status, child.lines, child.errorLines)
 }
 
+/// ``runProgram(_:_:)`` from a task: the spawn and the reads to the end of the program's output
+/// run on a thread of their own (``onOwnThread(_:)``), not on a thread of Swift's cooperative
+/// pool. (In an async context Swift picks this overload.) Parked on the pool, a read of a
+/// program that is slow to start (`baton` itself, under load) left the other suites of a
+/// 2-core run one pool thread: seen as a loopback source that got no line in 10 s while
+/// another test read `baton --experimental-dump-help` to its end.
+package func runProgram(_ path: String, _ arguments: [String]) async throws -> (status: Int32, output: [UInt8], errors: String) {
+    try await onOwnThread { try runProgram(path, arguments) }
+}
+
 /// Runs a program other than `baton` (`sqlite3`, `ip`, `setpriv`, `mount`) to completion with
-/// the package's one spawner: its exit status, standard output and standard error.
+/// the package's one spawner: its exit status, standard output and standard error. It blocks
+/// the calling thread; from a task, use the async overload.
 package func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, output: [UInt8], errors: String) {
     var spawn = ChildSpawn(path, arguments)
     spawn.standardInput = .null

@@ -28,8 +28,8 @@ struct CommandLineArgumentTests {
     }
 
     /// Every leaf command of the CLI with its non-flag arguments.
-    static func commands() throws -> [Command] {
-        let data = Data(try runProgram(ChildProcess.executable, ["--experimental-dump-help"]).output)
+    static func commands() async throws -> [Command] {
+        let data = Data(try await runProgram(ChildProcess.executable, ["--experimental-dump-help"]).output)
         let root = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         var result: [Command] = []
         func walk(_ node: [String: Any], _ path: [String]) {
@@ -144,7 +144,7 @@ struct CommandLineArgumentTests {
     @Test("NaN, infinities, huge and negative numbers are refused with one line, never a crash or a hang")
     func badNumbers() async throws {
         let directory = try TemporaryContainer()
-        let commands = try Self.commands()
+        let commands = try await Self.commands()
         let numeric = try await Self.numericArguments(commands, container: directory.path)
         // Every numeric option named in the issue is found by the probe.
         for expected in ["timeout", "hold", "max-critical-wait", "poll", "lifetime", "count"] {
@@ -169,7 +169,7 @@ struct CommandLineArgumentTests {
     @Test("invalid UTF-8 in any argument is refused with one line")
     func invalidUTF8() async throws {
         let directory = try TemporaryContainer()
-        let commands = try Self.commands()
+        let commands = try await Self.commands()
         var lines: [[[UInt8]]] = []
         for command in commands {
             for argument in command.arguments where argument.name != "container" {
@@ -201,7 +201,7 @@ struct CommandLineArgumentTests {
     @Test("NaN, infinities, huge and negative numbers, empty and oversized text as names: accepted as text or refused with one line")
     func badNames() async throws {
         let directory = try TemporaryContainer()
-        let commands = try Self.commands().filter(\.isShown)
+        let commands = try await Self.commands().filter(\.isShown)
         let numeric = try await Self.numericArguments(commands, container: directory.path)
         let paths: Set<String> = ["container", "path", "database", "log", "timeline", "events"]
         // Every name and text argument of the user-facing commands (numbers have their own test).

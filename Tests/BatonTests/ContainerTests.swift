@@ -39,7 +39,7 @@ struct ContainerTests {
     }
 
     @Test("a read-only directory is notWritable")
-    func readOnly() throws {
+    func readOnly() async throws {
         let directory = try TemporaryContainer()
         let readOnly = directory.path + "/ro"
         try FileManager.default.createDirectory(atPath: readOnly, withIntermediateDirectories: false)
@@ -54,7 +54,7 @@ struct ContainerTests {
         #expect(chmod(readOnly, 0o500) == 0)
         // The spawner's pipes are close-on-exec from their creation, so no child another test
         // spawns meanwhile keeps the standard error pipe open.
-        let run = try runProgram("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", ChildProcess.executable,
+        let run = try await runProgram("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", ChildProcess.executable,
                                                       "presence", "list", "--container", readOnly])
         let message = run.errors
         if message.contains("failed to execute") {

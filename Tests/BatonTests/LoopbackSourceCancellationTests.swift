@@ -1,4 +1,5 @@
 import Baton
+import Foundation
 import BatonLoopback
 import BatonTestSupport
 import Synchronization
@@ -23,6 +24,8 @@ struct LoopbackSourceCancellationTests {
         private let listener: Int32
         private let stopped = Atomic<Bool>(false)
         private let exited = Atomic<Bool>(false)
+        private let sentBytes = Atomic<Int>(0)
+        var sent: Int { sentBytes.load(ordering: .relaxed) }
 
         init() throws {
             (listener, port) = try LoopbackSocket.listening(port: 0)
@@ -46,7 +49,9 @@ struct LoopbackSourceCancellationTests {
                         continue
                     }
                     if connection >= 0, entries[1].revents != 0 {
-                        if send(connection, chunk, chunk.count, Int32(MSG_NOSIGNAL)) < 0, errno != EAGAIN {
+                        let count = send(connection, chunk, chunk.count, Int32(MSG_NOSIGNAL))
+                        if count > 0 { sentBytes.add(count, ordering: .relaxed) }
+                        if count < 0, errno != EAGAIN {
                             close(connection)
                             connection = -1
                         }
@@ -67,11 +72,31 @@ struct LoopbackSourceCancellationTests {
         }
     }
 
+    /// This process's loopback, test and cooperative-pool threads, each with the kernel function
+    /// it sleeps in (`wchan`; 0 when it runs): for a failure message, to tell a starved pool (a
+    /// pool thread parked in a blocking read: `anon_pipe_read`) from a stuck poll loop.
+    static func threadStates() -> String {
+        #if os(Linux)
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { tid -> String? in
+            let comm = (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+            let wchan = (try? String(contentsOfFile: "/proc/self/task/\(tid)/wchan", encoding: .utf8)) ?? "?"
+            guard comm.hasPrefix("loopback") || comm.hasPrefix("test-") || comm.contains("qos") else { return nil }
+            return "\(comm)=\(wchan)"
+        }.joined(separator: ", ")
+        #else
+        return ""
+        #endif
+    }
+
     @Test("a source cancelled while lines arrive ends at once, every time")
     func cancelledWhileLinesArrive() async throws {
         let server = try FloodingServer()
         defer { server.stop() }
-        let source = LoopbackMessageSource(port: server.port)
+        let connections = Atomic<Int>(0)
+        let source = LoopbackMessageSource(port: server.port, onEvent: { event in
+            if event == "source-connected" { connections.add(1, ordering: .relaxed) }
+        })
         for round in 0..<2_000 {
             let ended = Atomic<Bool>(false)
             let idles = Atomic<Int>(0)
@@ -85,7 +110,16 @@ struct LoopbackSourceCancellationTests {
             // Cancelled while the poll thread hands it lines (it has had some).
             let start = ContinuousClock.now
             while idles.load(ordering: .relaxed) < 1 + round % 20 {
-                guard ContinuousClock.now - start < .seconds(10) else { throw TestFailure("round \(round): the source got no lines") }
+                guard ContinuousClock.now - start < .seconds(10) else {
+                    // Say why: the run may have failed (its error), or never connected.
+                    let how: String
+                    if ended.load(ordering: .acquiring) {
+                        do { try await task.value; how = "the run returned" } catch { how = "the run failed: \(error)" }
+                    } else {
+                        how = "the run is still going; \(connections.load(ordering: .relaxed)) connections made in \(round + 1) rounds"
+                    }
+                    throw TestFailure("round \(round): the source got no lines within 10 s (\(how)); sent \(server.sent) bytes; threads: \(Self.threadStates())")
+                }
                 try await Task.sleep(for: .microseconds(100))
             }
             // Cancelled from a thread of its own: the cancellation handler runs on the thread
