@@ -105,7 +105,12 @@ package final class ChildProcess: Sendable {
     @discardableResult
     package func line(timeout: Double = 10, matching predicate: @Sendable (String) -> Bool = { _ in true }) async throws -> String {
         let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
+        var lastLook = false
+        while !lastLook {
+            // One more look once the deadline passed, as in ``wait(timeout:)``: a task resumed
+            // late (the cooperative pool busy with other tests) must not miss a line printed in
+            // time (seen under load: "timed out after 30.0s waiting for a line…; got: [ready]").
+            lastLook = Date() >= deadline
             let (found, closed) = output.withLock { state -> (String?, Bool) in
                 while state.consumed < state.lines.count {
                     let line = state.lines[state.consumed]
@@ -116,7 +121,7 @@ package final class ChildProcess: Sendable {
             }
             if let found { return found }
             if closed { throw TestFailure("output of baton \(arguments.joined(separator: " ")) closed before the expected line; got: \(lines)") }
-            try await Task.sleep(for: .milliseconds(2))
+            if !lastLook { try await Task.sleep(for: .milliseconds(2)) }
         }
         throw TestFailure("timed out after \(timeout)s waiting for a line from baton \(arguments.joined(separator: " ")); got: \(lines), stderr: \(errorLines)")
     }
