@@ -59,7 +59,8 @@ struct SimulatorTests {
         let events = FileManager.default.temporaryDirectory.appendingPathComponent("baton-demo-events-\(UUID().uuidString).jsonl").path
         defer { try? FileManager.default.removeItem(atPath: events) }
         let result = try await runBaton(["demo", "--json", "--events", events] + arguments, container: nil, timeout: 90)
-        let line = try #require(result.lines.last { $0.hasPrefix("{") }, "no JSON report; stderr: \(result.errors.suffix(5))")
+        // Without a report, what the run and its processes said (progress lines left out).
+        let line = try #require(result.lines.last { $0.hasPrefix("{") }, "no JSON report; stderr: \(result.errors.filter { !$0.hasPrefix("t=") }.suffix(12))")
         let report = object(line)
         if result.status != 0 {
             let failures = "\(report["failures"] ?? "")"
@@ -161,6 +162,24 @@ struct SimulatorTests {
                 throw error
             }
             await simulator.shutdown()
+        }
+    }
+
+    /// Chaos may kill the app while it launches (a fault due just before an open, run late on a
+    /// loaded machine). That leaves the app not running, as on iOS, and is no failed simulation:
+    /// the open returns (the next one launches the app again). The open used to wait for the dead
+    /// process's `ready` for 20 s and then fail the run. The app here is a program that never
+    /// reports ready, so the kill always comes first.
+    @Test func anAppKilledWhileItLaunchesIsLeftNotRunning() async throws {
+        try await Self.withSimulator(configure: { $0.appProgram = Simulator.Program(command: ["/bin/sleep", "60"]) }) { simulator, _ in
+            let launched = simulator.expect { $0.kind == .launched && $0.process.hasPrefix("app") }
+            async let opened: Void = simulator.foregroundApp()
+            let launch = try #require(await simulator.wait(for: launched, timeout: .seconds(20)))
+            await simulator.terminateApp()
+            try await opened
+            #expect(simulator.appPhase == .notRunning)
+            #expect(simulator.app == nil)
+            #expect(simulator.timeline.events.contains { $0.kind == .killed && $0.pid == launch.pid })
         }
     }
 
