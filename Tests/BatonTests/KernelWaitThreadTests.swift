@@ -1,4 +1,5 @@
 @testable import Baton
+import BatonTestSupport
 import Foundation
 import CBatonShims
 import Synchronization
@@ -205,11 +206,7 @@ struct KernelWaitThreadTests {
 
     /// How many of this process's threads are named `name` (Linux: `/proc/self/task/*/comm`).
     static func threads(named name: String) -> Int {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.filter { task in
-            let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
-            return comm.trimmingCharacters(in: .whitespacesAndNewlines) == name
-        }.count
+        ProcessThreads.all().filter { $0.name == name }.count
     }
 
     @Test("the thread does not keep its source alive while it sleeps, and ends once the source is gone: the waits left end with CancellationError")

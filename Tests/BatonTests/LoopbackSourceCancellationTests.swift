@@ -1,5 +1,4 @@
 import Baton
-import Foundation
 import BatonLoopback
 import BatonTestSupport
 import Synchronization
@@ -76,17 +75,10 @@ struct LoopbackSourceCancellationTests {
     /// it sleeps in (`wchan`; 0 when it runs): for a failure message, to tell a starved pool (a
     /// pool thread parked in a blocking read: `anon_pipe_read`) from a stuck poll loop.
     static func threadStates() -> String {
-        #if os(Linux)
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.compactMap { tid -> String? in
-            let comm = (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
-            let wchan = (try? String(contentsOfFile: "/proc/self/task/\(tid)/wchan", encoding: .utf8)) ?? "?"
-            guard comm.hasPrefix("loopback") || comm.hasPrefix("test-") || comm.contains("qos") else { return nil }
-            return "\(comm)=\(wchan)"
-        }.joined(separator: ", ")
-        #else
-        return ""
-        #endif
+        ProcessThreads.all()
+            .filter { $0.name.hasPrefix("loopback") || $0.name.hasPrefix("test-") || $0.name.contains("qos") }
+            .map { "\($0.name)=\($0.waitChannel)" }
+            .joined(separator: ", ")
     }
 
     @Test("a source cancelled while lines arrive ends at once, every time")
