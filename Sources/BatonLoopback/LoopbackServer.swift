@@ -112,6 +112,12 @@ public final class LoopbackServer: Sendable {
     ///     server that only answers and records connections (the lifecycle benchmark's: no
     ///     `IDLE` line wakes a third process's client thread, and no wake-up of its own thread
     ///     follows a `HELLO` or a close, while a hand-over is measured).
+    ///   - preemptsOnWake: `false` makes the server's thread `SCHED_BATCH` on Linux (nothing
+    ///     elsewhere). A real server runs on another machine and takes no processor from the
+    ///     device's threads; this one shares them, but its wake-ups (a connection accepted, read
+    ///     or closed) then do not preempt a running thread: they wait for a free processor or
+    ///     the next tick. The lifecycle benchmark's server
+    ///     (``PollLoop/init(name:backend:preemptsOnWake:tick:)``).
     ///   - onEvent: Called on the server's thread with each event.
     ///   - onPush: Called on the server's thread with a message id when no core is connected to
     ///     take it (a push notification must be sent).
@@ -120,6 +126,7 @@ public final class LoopbackServer: Sendable {
         port: UInt16 = 0,
         delayMilliseconds: Int = 0,
         messaging: Bool = true,
+        preemptsOnWake: Bool = true,
         onEvent: @escaping @Sendable (Event) -> Void = { _ in },
         onPush: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
@@ -134,7 +141,7 @@ public final class LoopbackServer: Sendable {
             $0.listener = listener
             $0.delay = UInt64(max(0, delayMilliseconds)) * 1_000_000
         }
-        let created = try PollLoop(name: "loopback-server") { [weak self] in self?.tick() ?? -1 }
+        let created = try PollLoop(name: "loopback-server", preemptsOnWake: preemptsOnWake) { [weak self] in self?.tick() ?? -1 }
         loop.withLock { $0 = created }
         try register(listener: listener)
     }

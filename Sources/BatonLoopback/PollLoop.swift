@@ -98,8 +98,11 @@ package final class PollLoop: @unchecked Sendable {
     ///   - backend: How it waits (``Backend/platformDefault`` unless a test says otherwise).
     ///   - tick: Called on the loop's thread after every wake-up; returns how long the next
     ///     wait may last (milliseconds, -1 for no limit): the loop's timer.
+    ///   - preemptsOnWake: `false` makes the thread `SCHED_BATCH` on Linux (nothing elsewhere):
+    ///     its wake-ups wait for a free processor, or the next tick, instead of preempting a
+    ///     running thread. For a loop that stands in for another machine in a benchmark.
     /// - Throws: `systemCallFailed` when the pipe or the epoll instance cannot be made.
-    package init(name: String, backend: Backend = .platformDefault, tick: (@Sendable () -> Int32)? = nil) throws {
+    package init(name: String, backend: Backend = .platformDefault, preemptsOnWake: Bool = true, tick: (@Sendable () -> Int32)? = nil) throws {
         var ends: [Int32] = [-1, -1]
         guard baton_pipe_cloexec(&ends, 1) == 0 else {
             throw BatonError(.systemCallFailed, "pipe2 failed", cause: SystemCallError(call: "pipe2", errno: errno))
@@ -122,7 +125,11 @@ package final class PollLoop: @unchecked Sendable {
         rounds = .allocate(capacity: 1)
         rounds.initialize(to: 0)
         self.tick = tick
-        KernelThread.spawn(name: name) { [self] in self.run() }
+        KernelThread.spawn(name: name) { [self] in
+            // A refusal (not Linux) leaves the thread as it was.
+            if !preemptsOnWake { _ = baton_harness_batch_thread() }
+            self.run()
+        }
     }
 
     deinit {

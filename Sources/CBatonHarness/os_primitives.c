@@ -136,3 +136,16 @@ int baton_bench_unpin_process(void) {
 int baton_bench_pin_process(int processor) { errno = ENOSYS; return -1; }
 int baton_bench_unpin_process(void) { errno = ENOSYS; return -1; }
 #endif
+
+// The calling thread as SCHED_BATCH (Linux): it still gets its share of the processors, but its
+// wake-ups never preempt a running thread; it runs when a processor is free, or at the next
+// tick. sched_setscheduler(2) with pid 0 changes the calling thread only, and keeps its nice value.
+#if defined(__linux__)
+int baton_harness_batch_thread(void) {
+    struct sched_param parameters;
+    memset(&parameters, 0, sizeof parameters);
+    return sched_setscheduler(0, SCHED_BATCH, &parameters);
+}
+#else
+int baton_harness_batch_thread(void) { errno = ENOSYS; return -1; }
+#endif

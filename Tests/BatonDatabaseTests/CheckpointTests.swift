@@ -156,19 +156,24 @@ struct CheckpointTests {
         var all: [String] { names.withLock { $0 } }
     }
 
-    /// A gate that holds checkpoints at their start, opened by the test or, 10 s after it was
-    /// closed, by itself (so that a checkpoint held in a write call fails the test instead of
-    /// hanging it); `openedByItself` says which.
+    /// A gate that holds checkpoints at their start, opened by the test or, 20 s after the first
+    /// checkpoint reached it, by itself (so that a checkpoint held in a write call fails the test
+    /// instead of hanging it); `openedByItself` says which.
+    ///
+    /// The bound counts from the first hold, not from the gate's making. It counted 10 s from the
+    /// making, and a full test run beside three CPU-bound loops once failed
+    /// `claimedCheckpointRunsOutsideTheWriteCall()` with the WAL at 643 frames: that test takes
+    /// 0.6 s alone and 5 s in an idle full run, so its gate had most likely opened by itself
+    /// before the test looked (an open gate lets the WAL grow while checkpoints and restarts
+    /// compete). Its message now says whether the gate opened by itself.
     final class Gate: Sendable {
         private let semaphore = DispatchSemaphore(value: 0)
-        private let opened = Mutex<(open: Bool, byItself: Bool)>((false, false))
+        private let opened = Mutex<(open: Bool, byItself: Bool, timing: Bool)>((false, false, false))
 
-        init() {
-            Task { [self] in
-                try? await Task.sleep(for: .seconds(10))
-                open(byItself: true)
-            }
-        }
+        /// How long after the first hold the gate opens by itself: shorter than the held
+        /// databases' `busyTimeout` (30 s), so that a writer held behind the gate fails instead
+        /// of outwaiting it.
+        static let bound: Duration = .seconds(20)
 
         func open(byItself: Bool = false) {
             let first = opened.withLock { state -> Bool in
@@ -182,6 +187,16 @@ struct CheckpointTests {
         var openedByItself: Bool { opened.withLock { $0.byItself } }
 
         func pass() {
+            let startsTimer = opened.withLock { state -> Bool in
+                defer { state.timing = true }
+                return !state.timing
+            }
+            if startsTimer {
+                Task { [self] in
+                    try? await Task.sleep(for: Self.bound)
+                    open(byItself: true)
+                }
+            }
             semaphore.wait()
             semaphore.signal()
         }
@@ -241,7 +256,7 @@ struct CheckpointTests {
         try await Self.writeUntilStarted(1, database, started: started)
         // Held at its start, as a disk that stalls its sync would hold it: this process's
         // writes go on meanwhile. (Run in the write call that claimed it, that call would
-        // have waited for the gate, which opens by itself after 10 s.)
+        // have waited for the gate, which opens by itself 20 s after its first hold.)
         for seq in 0..<5 {
             try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (2, ?)", arguments: [seq]) }
         }
@@ -256,7 +271,7 @@ struct CheckpointTests {
         }
         try await Task.sleep(for: .milliseconds(500))
         let frames = database.checkpointer.walFrames
-        #expect(frames <= 32 * 3, "the WAL grew to \(frames) frames behind the held checkpoint")
+        #expect(frames <= 32 * 3, "the WAL grew to \(frames) frames behind the held checkpoint (the gate opened by itself: \(gate.openedByItself))")
         #expect(started.all.count == 1)
         gate.open()
         try await writes.value

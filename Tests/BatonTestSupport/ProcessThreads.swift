@@ -4,16 +4,17 @@ import Foundation
 /// directory): for tests that count a named thread, and for failure messages that say what each
 /// thread waits in.
 package enum ProcessThreads {
-    /// Each thread's name (`comm`, at most 15 bytes) and the kernel function it sleeps in
-    /// (`wchan`; `0` while it runs).
-    package static func all() -> [(name: String, waitChannel: String)] {
+    /// Each thread's id, its name (`comm`, at most 15 bytes) and the kernel function it sleeps
+    /// in (`wchan`; `0` while it runs).
+    package static func all() -> [(id: Int32, name: String, waitChannel: String)] {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.map { task in
+        return tasks.compactMap { task in
             func read(_ file: String) -> String {
                 ((try? String(contentsOfFile: "/proc/self/task/\(task)/\(file)", encoding: .utf8)) ?? "?")
                     .trimmingCharacters(in: .whitespacesAndNewlines)
             }
-            return (read("comm"), read("wchan"))
+            guard let id = Int32(task) else { return nil }
+            return (id, read("comm"), read("wchan"))
         }
     }
 }

@@ -1,5 +1,6 @@
 import Baton
 import BatonLoopback
+import BatonTestSupport
 import Synchronization
 import Testing
 #if canImport(Darwin)
@@ -162,4 +163,38 @@ struct PollLoopTests {
         #expect(seenInside.withLock { $0 } == socket)
         #expect(Self.inode(pair.0) != socket, "closed once remove returned")
     }
+
+    /// `SCHED_OTHER` and `SCHED_BATCH` of <linux/sched.h> (glibc shows the second only to
+    /// `_GNU_SOURCE` code, which Swift's Glibc module is not).
+    private static let (schedOther, schedBatch): (Int32, Int32) = (0, 3)
+
+    /// The scheduling policy of this process's threads named `name` (sched_getscheduler(2)).
+    private static func policies(ofThreadsNamed name: String) -> [Int32] {
+        ProcessThreads.all().filter { $0.name == name }.map { sched_getscheduler($0.id) }
+    }
+
+    #if os(Linux)
+    @Test("a loop that must not preempt on waking runs its thread as SCHED_BATCH, a loop by default does not, and the loopback server passes the choice on")
+    func loopThatDoesNotPreemptIsBatch() async throws {
+        // Names of their own (other tests run loops and servers beside this one).
+        let quiet = try PollLoop(name: "test-batch", preemptsOnWake: false)
+        let plain = try PollLoop(name: "test-other")
+        defer {
+            quiet.stop()
+            plain.stop()
+        }
+        // The policy is set by the thread itself, once it starts.
+        try await eventually("the thread of the loop made with preemptsOnWake: false running as SCHED_BATCH") {
+            Self.policies(ofThreadsNamed: "test-batch") == [Self.schedBatch]
+        }
+        try await eventually("the other loop's thread running") { Self.policies(ofThreadsNamed: "test-other").count == 1 }
+        #expect(Self.policies(ofThreadsNamed: "test-other") == [Self.schedOther])
+        // The server passes it on (its thread's name is every server's: at least one is batch).
+        let server = try LoopbackServer(messaging: false, preemptsOnWake: false)
+        try await eventually("a server's thread as SCHED_BATCH") {
+            Self.policies(ofThreadsNamed: "loopback-server").contains(Self.schedBatch)
+        }
+        withExtendedLifetime(server) {}
+    }
+    #endif
 }

@@ -66,4 +66,11 @@ int baton_bench_pin_process(int processor);
 /// first pin.
 int baton_bench_unpin_process(void);
 
+/// Makes the calling thread `SCHED_BATCH` (Linux; -1 with ENOSYS elsewhere): its wake-ups no
+/// longer preempt a running thread (it runs when a processor is free, or from the next tick),
+/// and it keeps its nice value and its share of the processors. For a fixture that stands in
+/// for another machine (the loopback server), so that its wake-ups do not take the processor
+/// of a thread being measured.
+int baton_harness_batch_thread(void);
+
 #endif
