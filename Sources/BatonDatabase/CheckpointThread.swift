@@ -127,7 +127,21 @@ final class CheckpointThread: @unchecked Sendable {
     /// holds back a writer that checkpoints in its `COMMIT`, and its WAL stays near two cycles
     /// long, instead of growing while the checkpoints queue up. (The caller has handed its turn
     /// on: the other processes' writers are not held back.)
+    ///
+    /// This wait blocks the calling thread: GRDB's writer queue, in the queued write path. A
+    /// write made on its caller's thread (a task's) hands the claim over with
+    /// ``hand(claimed:)`` and waits with ``waitUntilFinished(_:patience:)-async``, suspended.
     func submit(claimed: UInt32, patience: Duration) -> Bool {
+        guard let behind = hand(claimed: claimed) else { return false }
+        waitUntilFinished(behind, patience: patience)
+        return true
+    }
+
+    /// Hands the checkpoint claimed at `claimed` frames to the thread without waiting. Returns
+    /// how many claims were handed over before it (the caller then waits until the thread has
+    /// finished those, as ``submit(claimed:patience:)`` does), or `nil` when it must run in the
+    /// caller's call.
+    func hand(claimed: UInt32) -> UInt64? {
         let submission = state.withLock { state -> (start: Bool, behind: UInt64)? in
             guard state.unavailable == nil, !state.stopped, state.hooks != nil else { return nil }
             state.claims.append(claimed)
@@ -135,12 +149,11 @@ final class CheckpointThread: @unchecked Sendable {
             defer { state.started = true }
             return (!state.started, state.submitted - 1)
         }
-        guard let submission else { return false }
+        guard let submission else { return nil }
         if submission.start { KernelThread.spawn(name: "baton-checkpt") { [self] in run() } }
         baton_add32(word, 1)
         AddressWait.wakeOne(word)
-        waitUntilFinished(submission.behind, patience: patience)
-        return true
+        return submission.behind
     }
 
     /// Whether the thread has claims it has not finished with (one runs, or waits to).
@@ -157,6 +170,34 @@ final class CheckpointThread: @unchecked Sendable {
     /// `patience` at most.
     private func waitUntilFinished(_ count: UInt64, patience: Duration) {
         waitForProgress(deadline: baton_monotonic_ns() &+ UInt64(clamping: patience.nanoseconds)) { $0.finished >= count || $0.stopped }
+    }
+
+    /// ``waitUntilFinished(_:patience:)`` for a task: suspends (no thread waits) until the
+    /// thread has finished with the first `count` claims (or stopped), for `patience` at most,
+    /// or until the task is cancelled. A write made on a task's own thread waits here: asleep
+    /// on that thread, it would hold one of the few threads of Swift's cooperative pool, up to
+    /// `busyTimeout`, behind a checkpoint that a slow disk holds.
+    func waitUntilFinished(_ count: UInt64, patience: Duration) async {
+        await waitForProgress(deadline: .after(patience)) { $0.finished >= count || $0.stopped }
+    }
+
+    /// ``waitUntilIdle(patience:)`` for a task: suspends instead of sleeping on its thread.
+    func waitUntilIdle(patience: Duration) async {
+        await waitUntilFinished(state.withLock { $0.submitted }, patience: patience)
+    }
+
+    /// Suspends until `done` holds of the state, `deadline` passes or the task is cancelled;
+    /// woken by ``announceProgress()`` through ``finishedEvents``.
+    private func waitForProgress(deadline: Deadline, until done: (State) -> Bool) async {
+        while true {
+            let seen = finishedEvents.snapshot()
+            if state.withLock({ done($0) }) { return }
+            do {
+                try await finishedEvents.wait(after: seen, deadline: deadline)
+            } catch {
+                return // the deadline passed, or the task was cancelled: the write is made
+            }
+        }
     }
 
     /// Sleeps in the kernel on the progress word until `done` holds of the state, or until
@@ -180,7 +221,12 @@ final class CheckpointThread: @unchecked Sendable {
     private func announceProgress() {
         baton_add32(progress, 1)
         AddressWait.wakeAll(progress)
+        finishedEvents.notify()
     }
+
+    /// Moves with the progress word, for the tasks that wait
+    /// (``waitUntilFinished(_:patience:)-async``).
+    private let finishedEvents = EventCounter()
 
     /// Interrupts the checkpoint that runs now, if one does (a suspension).
     func interrupt() {

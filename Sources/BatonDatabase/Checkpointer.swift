@@ -181,6 +181,48 @@ final class Checkpointer: Sendable {
         }
     }
 
+    /// What a write made on its caller's thread waits for once it has left its access to the
+    /// database (``handOff(_:on:thread:)``).
+    enum AfterTurnWait: Equatable {
+        /// Until the checkpoint thread has finished with this many claims.
+        case finished(UInt64)
+        /// Until the checkpoint thread is idle, ``restartWaitLimit`` at most.
+        case idle
+    }
+
+    /// ``runAfterTurn(_:on:thread:patience:)`` for a write made on its caller's thread (a
+    /// task's, in the fast path): does what `plan` needs of the connection `db` now (hands the
+    /// claim to `thread`, or runs the checkpoint here when the thread cannot), and returns the
+    /// wait, if any, which the caller makes suspended (``wait(for:on:patience:)``) instead of
+    /// asleep on its thread.
+    func handOff(_ plan: Plan, on db: Database, thread: CheckpointThread) -> AfterTurnWait? {
+        switch plan {
+        case .checkpoint(let claimed):
+            guard let behind = thread.hand(claimed: claimed) else {
+                checkpoint(db, claimed: claimed)
+                return nil
+            }
+            return behind > 0 ? .finished(behind) : nil
+        case .awaitCheckpoint:
+            return .idle
+        case .none, .restart:
+            return nil
+        }
+    }
+
+    /// Makes the wait ``handOff(_:on:thread:)`` returned, suspended: `patience` at most (a
+    /// restart's wait, ``restartWaitLimit`` at most), or until the task is cancelled.
+    func wait(for wait: AfterTurnWait, on thread: CheckpointThread, patience: Duration) async {
+        switch wait {
+        case .finished(let count):
+            await thread.waitUntilFinished(count, patience: patience)
+        case .idle:
+            handOverTrace("ckpt.await")
+            await thread.waitUntilIdle(patience: min(patience, Self.restartWaitLimit))
+            handOverTrace("ckpt.awaited")
+        }
+    }
+
     /// Called just before each claimed `PASSIVE` checkpoint, on the thread that runs it (tests
     /// hold a checkpoint there).
     let beforeCheckpoint = Mutex<(@Sendable () -> Void)?>(nil)

@@ -393,31 +393,59 @@ public final class SharedDatabase: Sendable {
     func performWrite(fence: (any Fence)?, _ body: @Sendable (Database) throws -> Void) async throws {
         let pool = try enter(writing: true)
         defer { leave() }
-        if try fastWrite(pool, fence: fence, body) { return }
+        switch try fastWrite(pool, fence: fence, body) {
+        case .written(nil):
+            return
+        case .written(let wait?):
+            // Still counted as this process's writer (as in the queued path, where this wait
+            // holds GRDB's writer queue): the next local write goes the queued way meanwhile.
+            defer { writerAccesses.subtract(1, ordering: .releasing) }
+            await checkpointer.wait(for: wait, on: checkpointThread, patience: configuration.busyTimeout)
+            return
+        case .notTaken:
+            break
+        }
         writerAccesses.add(1, ordering: .acquiringAndReleasing)
         defer { writerAccesses.subtract(1, ordering: .releasing) }
         try await queuedWrite(pool, fence: fence, body)
     }
 
+    /// What ``fastWrite(_:fence:_:)`` did.
+    private enum FastWrite {
+        /// Nothing: the queued path must be taken.
+        case notTaken
+        /// The write is committed. With a wait (for this process's checkpoint thread), the
+        /// caller makes it, suspended, and then gives up its count in `writerAccesses`.
+        case written(Checkpointer.AfterTurnWait?)
+    }
+
     /// The fast path: when no writer of any process holds or waits for the writer queue and
     /// this process's writer connection is idle, write on the calling thread. It cannot block
-    /// for long: the queue is free, and SQLite's lock is tried once. Returns `false` when the
-    /// queued path must be taken (someone is queued, or a connection that does not use Baton
-    /// holds SQLite's lock).
-    private func fastWrite(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> Void) throws -> Bool {
+    /// for long: the queue is free, and SQLite's lock is tried once. A wait for this process's
+    /// checkpoint thread that the commit calls for is left to the caller, which makes it
+    /// suspended: on this thread, a task's, it would hold a thread of Swift's cooperative pool
+    /// up to `busyTimeout` behind a checkpoint a slow disk holds, and with it every task that
+    /// pool would run (a test's 500 ms sleep resumed after 30 s, the test's `busyTimeout`, in
+    /// full test runs on a loaded 2-core machine). Returns ``FastWrite/notTaken`` when the queued
+    /// path must be taken (someone is queued, or a connection that does not use Baton holds
+    /// SQLite's lock).
+    private func fastWrite(_ pool: DatabasePool, fence: (any Fence)?, _ body: (Database) throws -> Void) throws -> FastWrite {
         guard writerAccesses.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else {
-            return false
+            return .notTaken
         }
-        defer { writerAccesses.subtract(1, ordering: .releasing) }
-        guard let ticket = resumeKeptTurn() ?? writerQueue.tryAcquire() else { return false }
+        var keepsAccess = false
+        defer { if !keepsAccess { writerAccesses.subtract(1, ordering: .releasing) } }
+        guard let ticket = resumeKeptTurn() ?? writerQueue.tryAcquire() else { return .notTaken }
         do {
             // GRDB's synchronous access runs on this thread when the writer queue is idle.
-            return try pool.writeWithoutTransaction { db in
+            let (done, wait) = try pool.writeWithoutTransaction { db -> (Bool, Checkpointer.AfterTurnWait?) in
                 var plan = Checkpointer.Plan.none
                 let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                self.checkpointer.runAfterTurn(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout)
-                return done
+                return (done, self.checkpointer.handOff(plan, on: db, thread: self.checkpointThread))
             }
+            guard done else { return .notTaken }
+            keepsAccess = wait != nil
+            return .written(wait)
         } catch {
             throw translate(error)
         }

@@ -160,12 +160,14 @@ struct CheckpointTests {
     /// checkpoint reached it, by itself (so that a checkpoint held in a write call fails the test
     /// instead of hanging it); `openedByItself` says which.
     ///
-    /// The bound counts from the first hold, not from the gate's making. It counted 10 s from the
-    /// making, and a full test run beside three CPU-bound loops once failed
-    /// `claimedCheckpointRunsOutsideTheWriteCall()` with the WAL at 643 frames: that test takes
-    /// 0.6 s alone and 5 s in an idle full run, so its gate had most likely opened by itself
-    /// before the test looked (an open gate lets the WAL grow while checkpoints and restarts
-    /// compete). Its message now says whether the gate opened by itself.
+    /// The bound counts from the first hold, not from the gate's making (10 s before): a test
+    /// that takes 0.6 s alone takes 5 s in an idle full run, and more beside CPU-bound loops.
+    /// `claimedCheckpointRunsOutsideTheWriteCall()`'s failure with the WAL at 643 frames (full
+    /// runs beside three CPU-bound loops, 2 of 2) was not the gate: its message, which now says
+    /// whether the gate opened by itself, said it had not. A write on the fast path waited for
+    /// the held checkpoint asleep on a thread of Swift's cooperative pool, and the test's own
+    /// 500 ms sleep resumed only after that write's 30 s patience
+    /// (`writeBehindAHeldCheckpointLeavesItsThreadFree()`).
     final class Gate: Sendable {
         private let semaphore = DispatchSemaphore(value: 0)
         private let opened = Mutex<(open: Bool, byItself: Bool, timing: Bool)>((false, false, false))
@@ -290,6 +292,48 @@ struct CheckpointTests {
         let integrity = try await database.read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") }
         #expect(integrity == "ok")
         #expect(try await count(database) >= 305)
+    }
+
+    /// A `TaskExecutor` on one serial dispatch queue: while a job blocks the queue's thread, no
+    /// other job of the executor runs.
+    final class SerialQueueExecutor: TaskExecutor, @unchecked Sendable {
+        // @unchecked: the queue is set once and is itself thread-safe.
+        private let queue = DispatchQueue(label: "test-serial-executor")
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        }
+    }
+
+    @Test("a write made on its task's thread that must wait for this process's held checkpoint waits suspended: its executor runs other jobs meanwhile")
+    func writeBehindAHeldCheckpointLeavesItsThreadFree() async throws {
+        let directory = try TemporaryContainer()
+        let (database, _, gate, started) = try await Self.heldCheckpoints(directory)
+        defer { gate.open() }
+        try await Self.writeUntilStarted(1, database, started: started)
+        let submitted = database.checkpointThread.submittedCount
+        // Writes on an executor of one thread (the fast path: nobody else writes) until one
+        // claims the next checkpoint, a whole cycle further, and waits for the held one.
+        let executor = SerialQueueExecutor()
+        let writes = Task(executorPreference: executor) {
+            for seq in 0..<300 {
+                try await database.write { db in try db.execute(sql: "INSERT INTO item(writer, seq) VALUES (3, ?)", arguments: [seq]) }
+            }
+        }
+        try await eventually("a write claiming the next checkpoint", within: 30) { database.checkpointThread.submittedCount > submitted }
+        // Asleep on the executor's thread, that write would keep this job from running until
+        // its patience (the held database's busyTimeout, 30 s) ran out.
+        let ran = Mutex(false)
+        let probe = Task(executorPreference: executor) { ran.withLock { $0 = true } }
+        try await eventually("a job on the writing task's executor running while the write waits", within: 10) { ran.withLock { $0 } }
+        #expect(started.all.count == 1, "the held checkpoint was let go before the job ran")
+        #expect(database.checkpointer.walFrames <= 32 * 3, "the write did not wait: the WAL grew to \(database.checkpointer.walFrames) frames")
+        gate.open()
+        try await writes.value
+        await probe.value
+        #expect(!gate.openedByItself)
+        #expect(try await count(database) >= 300)
     }
 
     @Test("a database the checkpoint thread cannot open has its checkpoints run in the writer's call, and says why")
