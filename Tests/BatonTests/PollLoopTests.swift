@@ -164,6 +164,7 @@ struct PollLoopTests {
         #expect(Self.inode(pair.0) != socket, "closed once remove returned")
     }
 
+    #if os(Linux)
     /// `SCHED_OTHER` and `SCHED_BATCH` of <linux/sched.h> (glibc shows the second only to
     /// `_GNU_SOURCE` code, which Swift's Glibc module is not).
     private static let (schedOther, schedBatch): (Int32, Int32) = (0, 3)
@@ -173,7 +174,6 @@ struct PollLoopTests {
         ProcessThreads.all().filter { $0.name == name }.map { sched_getscheduler($0.id) }
     }
 
-    #if os(Linux)
     @Test("a loop that must not preempt on waking runs its thread as SCHED_BATCH, a loop by default does not, and the loopback server passes the choice on")
     func loopThatDoesNotPreemptIsBatch() async throws {
         // Names of their own (other tests run loops and servers beside this one).
