@@ -15,7 +15,7 @@ import Synchronization
 /// while this process and the others go on committing (a `PASSIVE` checkpoint takes no lock a
 /// writer needs), unless the writers of this process have gone a whole cycle past a checkpoint
 /// that is still running: the writer that claims the next one waits for it (see
-/// ``submit(claimed:patience:)``). The in-turn `RESTART` of a short tail stays with the writer.
+/// ``Checkpointer/handOff(_:on:thread:patience:)``). The in-turn `RESTART` of a short tail stays with the writer.
 ///
 /// The connection is opened on the first claim, read-write, with the SQLite library GRDB uses
 /// (GRDBSQLite: one library's bookkeeping of the process's POSIX locks, so that closing one
@@ -99,7 +99,7 @@ final class CheckpointThread: @unchecked Sendable {
         progress.deallocate()
     }
 
-    /// Sets what the thread asks its database (before the first ``submit(claimed:patience:)``).
+    /// Sets what the thread asks its database (before the first ``hand(claimed:)``).
     func attach(_ hooks: Hooks) {
         state.withLock { $0.hooks = hooks }
     }
@@ -108,7 +108,7 @@ final class CheckpointThread: @unchecked Sendable {
     /// read at each opening. For tests, which slow its syncs down as a busy disk does.
     let vfs = Mutex<String?>(nil)
 
-    /// How many claims were handed to the thread (for tests).
+    /// How many claims were handed to the thread.
     var submittedCount: UInt64 { state.withLock { $0.submitted } }
 
     /// What the last checkpoints run here returned, oldest first (for tests).
@@ -117,30 +117,11 @@ final class CheckpointThread: @unchecked Sendable {
     /// Why checkpoints run in the writer's call, if they do (for diagnostics and tests).
     var unavailableReason: String? { state.withLock { $0.unavailable } }
 
-    /// Hands the checkpoint claimed at `claimed` frames to the thread; `false` when it must run
-    /// in the caller's call (this database's checkpoints cannot run here, or the thread was
-    /// stopped).
-    ///
-    /// When a checkpoint this process claimed earlier is not finished yet (the writers went a
-    /// whole cycle further while it ran), the caller waits for it here, `patience` at most,
-    /// sleeping in the kernel: a process whose writers outpace the disk is held back as SQLite
-    /// holds back a writer that checkpoints in its `COMMIT`, and its WAL stays near two cycles
-    /// long, instead of growing while the checkpoints queue up. (The caller has handed its turn
-    /// on: the other processes' writers are not held back.)
-    ///
-    /// This wait blocks the calling thread: GRDB's writer queue, in the queued write path. A
-    /// write made on its caller's thread (a task's) hands the claim over with
-    /// ``hand(claimed:)`` and waits with ``waitUntilFinished(_:patience:)-async``, suspended.
-    func submit(claimed: UInt32, patience: Duration) -> Bool {
-        guard let behind = hand(claimed: claimed) else { return false }
-        waitUntilFinished(behind, patience: patience)
-        return true
-    }
-
     /// Hands the checkpoint claimed at `claimed` frames to the thread without waiting. Returns
-    /// how many claims were handed over before it (the caller then waits until the thread has
-    /// finished those, as ``submit(claimed:patience:)`` does), or `nil` when it must run in the
-    /// caller's call.
+    /// how many claims were handed over before it (the caller may then wait until the thread
+    /// has finished those: ``Checkpointer/handOff(_:on:thread:patience:)``), or `nil` when it
+    /// must run in the caller's call (this database's checkpoints cannot run here, or the
+    /// thread was stopped).
     func hand(claimed: UInt32) -> UInt64? {
         let submission = state.withLock { state -> (start: Bool, behind: UInt64)? in
             guard state.unavailable == nil, !state.stopped, state.hooks != nil else { return nil }
@@ -159,16 +140,10 @@ final class CheckpointThread: @unchecked Sendable {
     /// Whether the thread has claims it has not finished with (one runs, or waits to).
     var isBusy: Bool { state.withLock { $0.finished < $0.submitted && !$0.stopped } }
 
-    /// Sleeps until the thread has finished with every claim handed to it so far (or stopped),
-    /// `patience` at most: a writer whose restart of the WAL is due waits here, outside its
-    /// turn, for the checkpoint lock this process's thread holds.
-    func waitUntilIdle(patience: Duration) {
-        waitUntilFinished(state.withLock { $0.submitted }, patience: patience)
-    }
-
     /// Sleeps until the thread has finished with the first `count` claims (or stopped), for
-    /// `patience` at most.
-    private func waitUntilFinished(_ count: UInt64, patience: Duration) {
+    /// `patience` at most. (A writer whose restart of the WAL is due waits here, outside its
+    /// turn, for every claim handed over so far: the checkpoint lock this thread holds.)
+    func waitUntilFinished(_ count: UInt64, patience: Duration) {
         waitForProgress(deadline: baton_monotonic_ns() &+ UInt64(clamping: patience.nanoseconds)) { $0.finished >= count || $0.stopped }
     }
 
@@ -179,11 +154,6 @@ final class CheckpointThread: @unchecked Sendable {
     /// `busyTimeout`, behind a checkpoint that a slow disk holds.
     func waitUntilFinished(_ count: UInt64, patience: Duration) async {
         await waitForProgress(deadline: .after(patience)) { $0.finished >= count || $0.stopped }
-    }
-
-    /// ``waitUntilIdle(patience:)`` for a task: suspends instead of sleeping on its thread.
-    func waitUntilIdle(patience: Duration) async {
-        await waitUntilFinished(state.withLock { $0.submitted }, patience: patience)
     }
 
     /// Suspends until `done` holds of the state, `deadline` passes or the task is cancelled;

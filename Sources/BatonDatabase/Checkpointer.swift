@@ -37,7 +37,7 @@ import Synchronization
 ///   whose checkpoint syncs take 10 ms more, 274-952 under fsync load, where now it peaks at 3
 ///   cycles and a few commits (99-101 frames in that test). A writer that claims a checkpoint
 ///   while one of its process's is still running waits for that one too
-///   (``CheckpointThread/submit(claimed:patience:)``).
+///   (``handOff(_:on:thread:patience:)``).
 ///
 /// The restart tries SQLite's locks once: a reader of an old snapshot, or another process's
 /// checkpoint, makes it give up until the WAL has grown by another quarter of
@@ -164,63 +164,63 @@ final class Checkpointer: Sendable {
         return .none
     }
 
-    /// Does what `plan` leaves for after the turn was handed on: runs the checkpoint it claimed
-    /// on `thread` (waiting, `patience` at most, for an earlier one of this process that is not
-    /// finished), or in this call when the thread cannot; or waits for the checkpoint `thread`
-    /// runs (``restartWaitLimit`` at most), so that the next commit can restart the WAL.
-    func runAfterTurn(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
-        switch plan {
-        case .checkpoint(let claimed):
-            if !thread.submit(claimed: claimed, patience: patience) { checkpoint(db, claimed: claimed) }
-        case .awaitCheckpoint:
-            handOverTrace("ckpt.await")
-            thread.waitUntilIdle(patience: min(patience, Self.restartWaitLimit))
-            handOverTrace("ckpt.awaited")
-        case .none, .restart:
-            break
-        }
+    /// What a writer waits for after its turn: until its process's checkpoint thread has
+    /// finished with the first `claims` claims (or stopped), `patience` at most.
+    struct AfterTurnWait: Equatable {
+        var claims: UInt64
+        var patience: Duration
+        /// A restart's wait (``Plan/awaitCheckpoint``), traced as such.
+        var beforeRestart: Bool
     }
 
-    /// What a write made on its caller's thread waits for once it has left its access to the
-    /// database (``handOff(_:on:thread:)``).
-    enum AfterTurnWait: Equatable {
-        /// Until the checkpoint thread has finished with this many claims.
-        case finished(UInt64)
-        /// Until the checkpoint thread is idle, ``restartWaitLimit`` at most.
-        case idle
-    }
-
-    /// ``runAfterTurn(_:on:thread:patience:)`` for a write made on its caller's thread (a
-    /// task's, in the fast path): does what `plan` needs of the connection `db` now (hands the
-    /// claim to `thread`, or runs the checkpoint here when the thread cannot), and returns the
-    /// wait, if any, which the caller makes suspended (``wait(for:on:patience:)``) instead of
-    /// asleep on its thread.
-    func handOff(_ plan: Plan, on db: Database, thread: CheckpointThread) -> AfterTurnWait? {
+    /// Does what `plan` needs of the connection `db` once the turn was handed on: hands the
+    /// checkpoint it claimed to `thread`, or runs it here when the thread cannot. Returns what
+    /// the writer then waits for, if anything:
+    /// - after a claim, an earlier checkpoint of this process that is not finished, `patience`
+    ///   at most (the writers went a whole cycle further while it ran: a process whose writers
+    ///   outpace the disk is held back as SQLite holds back a writer that checkpoints in its
+    ///   `COMMIT`, and its WAL stays near two cycles long, instead of growing while the
+    ///   checkpoints queue up; the other processes' writers are not held back);
+    /// - before a restart, the checkpoint `thread` runs, ``restartWaitLimit`` at most, so that
+    ///   the next commit can restart the WAL.
+    ///
+    /// The queued write path waits asleep, on GRDB's writer queue (``runAfterTurn(_:on:thread:patience:)``);
+    /// a write made on its caller's thread (a task's, in the fast path) waits suspended
+    /// (``wait(for:on:)-async``): asleep there, it would hold a thread of Swift's cooperative
+    /// pool up to `busyTimeout` behind a checkpoint a slow disk holds.
+    func handOff(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) -> AfterTurnWait? {
         switch plan {
         case .checkpoint(let claimed):
             guard let behind = thread.hand(claimed: claimed) else {
                 checkpoint(db, claimed: claimed)
                 return nil
             }
-            return behind > 0 ? .finished(behind) : nil
+            return behind > 0 ? AfterTurnWait(claims: behind, patience: patience, beforeRestart: false) : nil
         case .awaitCheckpoint:
-            return .idle
+            return AfterTurnWait(claims: thread.submittedCount, patience: min(patience, Self.restartWaitLimit), beforeRestart: true)
         case .none, .restart:
             return nil
         }
     }
 
-    /// Makes the wait ``handOff(_:on:thread:)`` returned, suspended: `patience` at most (a
-    /// restart's wait, ``restartWaitLimit`` at most), or until the task is cancelled.
-    func wait(for wait: AfterTurnWait, on thread: CheckpointThread, patience: Duration) async {
-        switch wait {
-        case .finished(let count):
-            await thread.waitUntilFinished(count, patience: patience)
-        case .idle:
-            handOverTrace("ckpt.await")
-            await thread.waitUntilIdle(patience: min(patience, Self.restartWaitLimit))
-            handOverTrace("ckpt.awaited")
-        }
+    /// ``handOff(_:on:thread:patience:)``, then its wait, asleep on this thread.
+    func runAfterTurn(_ plan: Plan, on db: Database, thread: CheckpointThread, patience: Duration) {
+        if let wait = handOff(plan, on: db, thread: thread, patience: patience) { self.wait(for: wait, on: thread) }
+    }
+
+    /// Makes the wait ``handOff(_:on:thread:patience:)`` returned, asleep on this thread.
+    func wait(for wait: AfterTurnWait, on thread: CheckpointThread) {
+        if wait.beforeRestart { handOverTrace("ckpt.await") }
+        thread.waitUntilFinished(wait.claims, patience: wait.patience)
+        if wait.beforeRestart { handOverTrace("ckpt.awaited") }
+    }
+
+    /// Makes the wait ``handOff(_:on:thread:patience:)`` returned, suspended (or until the
+    /// task is cancelled).
+    func wait(for wait: AfterTurnWait, on thread: CheckpointThread) async {
+        if wait.beforeRestart { handOverTrace("ckpt.await") }
+        await thread.waitUntilFinished(wait.claims, patience: wait.patience)
+        if wait.beforeRestart { handOverTrace("ckpt.awaited") }
     }
 
     /// Called just before each claimed `PASSIVE` checkpoint, on the thread that runs it (tests

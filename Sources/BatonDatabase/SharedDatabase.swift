@@ -400,7 +400,7 @@ public final class SharedDatabase: Sendable {
             // Still counted as this process's writer (as in the queued path, where this wait
             // holds GRDB's writer queue): the next local write goes the queued way meanwhile.
             defer { writerAccesses.subtract(1, ordering: .releasing) }
-            await checkpointer.wait(for: wait, on: checkpointThread, patience: configuration.busyTimeout)
+            await checkpointer.wait(for: wait, on: checkpointThread)
             return
         case .notTaken:
             break
@@ -441,7 +441,7 @@ public final class SharedDatabase: Sendable {
             let (done, wait) = try pool.writeWithoutTransaction { db -> (Bool, Checkpointer.AfterTurnWait?) in
                 var plan = Checkpointer.Plan.none
                 let done = try self.immediateTransaction(db, ticket: ticket, fence: fence, plan: &plan, body)
-                return (done, self.checkpointer.handOff(plan, on: db, thread: self.checkpointThread))
+                return (done, self.checkpointer.handOff(plan, on: db, thread: self.checkpointThread, patience: self.configuration.busyTimeout))
             }
             guard done else { return .notTaken }
             keepsAccess = wait != nil
