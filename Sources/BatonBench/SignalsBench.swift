@@ -207,6 +207,13 @@ enum SignalsBench: BenchSuite {
             try await withTaskExecutorPreference(signals.executor) {
                 for await delivery in pings { try signals.post("bench.pong", state: delivery.state) }
             }
+        case "signal-post-stdin":
+            // Posts `bench.fan` for each byte read, and echoes the byte: a long-lived poster for
+            // `scripts/signal-wake-cpu.py`.
+            let signals = try container.signals
+            emit("ready")
+            var byte: UInt8 = 0
+            while read(0, &byte, 1) == 1 { try signals.post("bench.fan"); _ = write(1, &byte, 1) }
         case "futex-fan", "signal-fan":
             let index = Int(arguments[1])!
             let slot = shm.pointer.advanced(by: slotsOffset + index * 8).assumingMemoryBound(to: UInt64.self)

@@ -1,4 +1,5 @@
 @testable import Baton
+import Synchronization
 import Foundation
 import BatonTestSupport
 import Testing
@@ -283,6 +284,28 @@ struct SignalTests {
         }
         #expect(state == 11)
         #expect(threadName == "baton-signals")
+    }
+
+    @Test("a task that keeps Signals.executor after its container is gone still runs, on the global executor")
+    func executorOutlivesItsTable() async throws {
+        let directory = try TemporaryContainer()
+        weak var table: SignalTable?
+        let executor: any TaskExecutor = try {
+            let signals = try SharedContainer(path: directory.path).signals
+            table = signals.backend as? SignalTable
+            return signals.executor
+        }()
+        try await eventually("the signal table is gone") { table == nil }
+        // The executor holds its queue, not the table: a job queued once the table is gone
+        // must go elsewhere, not into a queue no thread runs.
+        let finished = Mutex(false)
+        Task {
+            await withTaskExecutorPreference(executor) {
+                await Task.yield()
+                finished.withLock { $0 = true }
+            }
+        }
+        try await eventually("the task on the executor of a gone table finished") { finished.withLock { $0 } }
     }
 
     @Test("a delivery to a task on the signal thread costs that thread one round, not two")

@@ -9,20 +9,22 @@ package final class MappedFile: @unchecked Sendable {
     // @unchecked: `pointer` and `size` are written only by `remap`, which callers serialise
     // (each owner does it under its own Mutex); readers go through the owner's lock. The same
     // holds for the repair bookkeeping (`repairsChecked`, `repairCarried`), written by `remap`
-    // and `cutShortSinceLastCheck()` under the owner's lock.
-    package private(set) var pointer: UnsafeMutableRawPointer
-    package private(set) var size: Int
+    // and `cutShortSinceLastCheck()` under the owner's lock. So the properties skip Swift's
+    // dynamic exclusivity check (`@exclusivity(unchecked)`), which every read of a class's
+    // stored property otherwise makes: the signal thread reads `pointer` a dozen times a round.
+    @exclusivity(unchecked) package private(set) var pointer: UnsafeMutableRawPointer
+    @exclusivity(unchecked) package private(set) var size: Int
     /// The mapped file, open for as long as the mapping lives.
     private let descriptor: FileDescriptor
     /// ``descriptor``'s number, borrowed for a system call while this object lives.
     package var fd: Int32 { descriptor.rawValue }
     package let relativePath: String
     /// This mapping's slot in the mapping guard (``MappingGuard``), -1 when not guarded.
-    private var guardSlot: Int32 = -1
+    @exclusivity(unchecked) private var guardSlot: Int32 = -1
     /// The guard's repair count of ``guardSlot`` at the last ``cutShortSinceLastCheck()``.
-    private var repairsChecked: UInt64 = 0
+    @exclusivity(unchecked) private var repairsChecked: UInt64 = 0
     /// A repair in a slot given up by ``remap(size:)`` before anyone checked it.
-    private var repairCarried = false
+    @exclusivity(unchecked) private var repairCarried = false
 
     /// Opens (creating when asked) and maps `.baton/<relativePath>`. When the file is smaller
     /// than `minimumSize`, it is extended with zeros first, its blocks reserved

@@ -266,9 +266,12 @@ final class KernelWaitThread: @unchecked Sendable {
 
     private func run() {
         PromptWakeUps.requestForCurrentThread()
+        var source = state.withLock { currentSource(&$0) }
         while true {
             let privateSeen = baton_load32(privateWord)
-            guard let plan = goRound() else { return }
+            let next = goRound(source)
+            source = nil // never held while the thread sleeps
+            guard let plan = next else { return }
             // A wake after `privateSeen` either found the place published by the round and rang
             // it, or bumped the private word before this look.
             if plan.sleeps, baton_load32(privateWord) == privateSeen {
@@ -281,24 +284,32 @@ final class KernelWaitThread: @unchecked Sendable {
                 }
             }
             handOverTrace("waitthread.woke")
-            // (Outside the lock: the reference taken here may be the source's last one.)
-            let source = state.withLock { $0.source }
+            // One look under the lock for the whole of the next round: the machine learns the
+            // thread is awake, and the source is loaded (one weak load a round, not two). Its
+            // `roundEnded()` runs after the lock, which a wake finding the thread awake no
+            // longer needs. (Outside the lock: the reference may be the source's last one.)
+            source = state.withLock { locked in
+                locked.machine.woke()
+                return currentSource(&locked)
+            }
             source?.roundEnded()
-            state.withLock { $0.machine.woke() }
         }
     }
 
-    /// One round of the thread: the source delivers and says where to sleep, the waits that
-    /// are due end, and the machine publishes where the thread sleeps. Holds the source only
-    /// here, so that the thread never keeps it alive while it sleeps.
+    /// The source, for one round; once it is gone (after it was attached), the machine is
+    /// shut down (the thread itself is awake, so there is no one to wake).
+    private func currentSource(_ locked: inout Locked) -> (any KernelWaitSource)? {
+        let source = locked.source
+        if source == nil && locked.attached { _ = locked.machine.shutdown() }
+        return source
+    }
+
+    /// One round of the thread: the source (loaded by ``run()`` for this round) delivers and
+    /// says where to sleep, the waits that are due end, and the machine publishes where the
+    /// thread sleeps.
     /// - Returns: Where to sleep (the source's watch, or the private word); `nil` when the
     ///   thread ends (shut down, or its source is gone).
-    private func goRound() -> SleepPlan? {
-        let source = state.withLock { locked -> (any KernelWaitSource)? in
-            let source = locked.source
-            if source == nil && locked.attached { _ = locked.machine.shutdown() } // the thread itself is awake
-            return source
-        }
+    private func goRound(_ source: (any KernelWaitSource)?) -> SleepPlan? {
         roundCount.add(1, ordering: .relaxed)
         let watch = source?.prepareToSleep()
         let round = state.withLock { $0.machine.round(watch: watch.map { ($0, $0.generation) }, clock: Self.now) }

@@ -48,9 +48,9 @@ import Synchronization
 final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     // @unchecked: all mutable state is in `state` (a Mutex), except `sleepingFlag`,
     // `roundDeliveries` and `spareJobs`, which only the signal thread touches (in its rounds:
-    // `prepareToSleep`, `runJobs`, `roundEnded`); the mapped
-    // memory is shared with other processes and only touched through atomics (CBatonShims) or
-    // under `signals.lock`.
+    // `prepareToSleep`, `runJobs`, `roundEnded`; so they skip Swift's dynamic exclusivity
+    // check, `@exclusivity(unchecked)`); the mapped memory is shared with other processes and
+    // only touched through atomics (CBatonShims) or under `signals.lock`.
 
     static let magic: UInt64 = 0x3147_4953_4E54_4142 // "BATNSIG1" little-endian
     /// 4: processes with one interest bit sleep on the bit's group word (3: on their doorbell
@@ -82,16 +82,23 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private let files: ContainerFiles
     private let owners: OwnerTokens
 
-    private struct Observed {
+    /// An observer's place in ``State/observers``. A class, so that the signal thread reads and
+    /// advances an entry in place: a struct holding the weak reference was copied (weak
+    /// reference and all) whenever the dictionary handed it out, at every delivery.
+    private final class Observed {
         weak var observer: SignalObserver?
         var slot: Int
         var lastSeen: UInt64
 
+        init(observer: SignalObserver, slot: Int, lastSeen: UInt64) {
+            self.observer = observer
+            self.slot = slot
+            self.lastSeen = lastSeen
+        }
+
         /// When the slot's counter moved to `counter`: records it as seen, and returns the
         /// observer with how far the counter moved (`observer` is `nil` once it is gone).
-        /// A mutating method, so that the dictionary's entry is used in place: reading
-        /// `observer` through the dictionary copied the entry, weak reference and all.
-        mutating func advance(to counter: UInt64) -> (observer: SignalObserver?, posts: UInt64)? {
+        func advance(to counter: UInt64) -> (observer: SignalObserver?, posts: UInt64)? {
             guard counter != lastSeen else { return nil }
             guard let observer else { return (nil, 0) }
             defer { lastSeen = counter }
@@ -99,7 +106,6 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         }
     }
 
-    /// A delivery collected under the lock, made after it.
     private struct Delivery {
         let observer: SignalObserver
         let state: UInt64
@@ -146,22 +152,23 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private let thread = KernelWaitThread(name: "baton-signals")
     /// The entry's "may sleep" word and its mapping, from the last look before a sleep until the
     /// round ends (signal thread only).
-    private var sleepingFlag: (map: MappedFile, word: UnsafeMutablePointer<UInt32>)?
+    @exclusivity(unchecked) private var sleepingFlag: (map: MappedFile, word: UnsafeMutablePointer<UInt32>)?
     /// The storage of a round's deliveries, kept empty between rounds so that a round that
     /// delivers does not allocate an array (signal thread only).
-    private var roundDeliveries: [Delivery] = []
+    @exclusivity(unchecked) private var roundDeliveries: [Delivery] = []
     /// The storage of the last batch of jobs, kept empty for the queue to swap with (signal
     /// thread only, in ``runJobs(on:)``).
-    private var spareJobs: [UnownedJob] = []
+    @exclusivity(unchecked) private var spareJobs: [UnownedJob] = []
     /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
-    private let jobs = Mutex<[UnownedJob]>([])
+    private let jobs: SignalJobQueue
 
     init(container: SharedContainer) throws {
         files = container.files
         owners = container.owners
         state = Mutex(State(map: try Self.openValidTable(container.files)))
+        jobs = SignalJobQueue(thread: thread)
+        threadExecutor = SignalThreadExecutor(jobs: jobs)
         jobExecutor = threadExecutor.asUnownedTaskExecutor()
-        threadExecutor.table = self
         thread.attach(self)
     }
 
@@ -185,7 +192,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             }
         }
         thread.shutdown()
-        for job in jobs.withLock({ $0 }) { globalConcurrentExecutor.enqueue(job) }
+        for job in jobs.close() { globalConcurrentExecutor.enqueue(job) }
     }
 
     /// Runs `body` under the state's lock, then drops the observers it kept alive outside it.
@@ -382,7 +389,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         state.bitCounts = [Int](repeating: 0, count: Self.entryCount)
         if wasWaiter { baton_add32(Self.word(fresh, 128), 1) }
         if !state.observers.isEmpty { claimEntry(&state) }
-        for (id, var observed) in state.observers {
+        for (id, observed) in state.observers {
             guard let observer = observed.observer else { state.observers[id] = nil; continue }
             state.releasing.append(observer)
             let slot = try findOrCreateSlot(&state, observer.name)
@@ -392,7 +399,6 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             baton_add32(slotWord(state.map, slot, 32), 1)
             observed.slot = slot
             observed.lastSeen = baton_load64(slotCounter(state.map, slot))
-            state.observers[id] = observed
             // Posts made meanwhile cannot be counted across tables: "more than one".
             observer.deliver(state: baton_load64(slotState(state.map, slot)), posts: 2)
         }
@@ -842,7 +848,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // is marked as delivering, and run just below in this round: no wake of this
             // thread, which would cost a second round.
             let outer = baton_thread_context()
-            baton_set_thread_context(deliveringMarker)
+            baton_set_thread_context(jobs.deliveringMarker)
             handOverTrace("signal.deliver")
             for delivery in deliveries { delivery.observer.deliver(state: delivery.state, posts: delivery.posts) }
             baton_set_thread_context(outer)
@@ -866,34 +872,19 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private func runJobs(on executor: UnownedTaskExecutor) -> Bool {
         var batch: [UnownedJob] = []
         swap(&batch, &spareJobs)
-        let any = jobs.withLock { jobs -> Bool in
-            if jobs.isEmpty { return false }
-            swap(&batch, &jobs)
-            return true
-        }
+        let any = jobs.take(into: &batch)
         for job in batch { job.runSynchronously(on: executor) }
         batch.removeAll(keepingCapacity: true)
         swap(&batch, &spareJobs)
         return any
     }
 
-    /// The thread context (``baton_thread_context()``) of the signal thread while it delivers.
-    private var deliveringMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) }
-
-    /// Queues a job for the signal thread.
-    fileprivate func enqueue(_ job: UnownedJob) {
-        jobs.withLock { $0.append(job) }
-        // Queued by this thread's own deliveries (``prepareToSleep()``), which run the queue
-        // next: nothing to wake.
-        if baton_thread_context() == deliveringMarker { return }
-        thread.wake()
-    }
 
     /// How many rounds the signal thread went (for tests).
     var threadRounds: UInt64 { thread.rounds }
 
     /// Runs tasks on the signal thread (see ``Signals/executor``).
-    let threadExecutor = SignalThreadExecutor()
+    let threadExecutor: SignalThreadExecutor
     var executor: any TaskExecutor { threadExecutor }
     /// ``threadExecutor`` as the jobs run on it (made once: a conversion looks up the
     /// executor's witness table, twice a round).
@@ -909,31 +900,25 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         for delivery in deliveries { delivery.observer.deliver(state: delivery.state, posts: delivery.posts) }
     }
 
-    /// Compares every observed counter with what its observer last saw (under the lock); the
-    /// caller delivers the result after the lock.
-    ///
-    /// In place, by index: a `for` over the dictionary would hold a second reference to its
-    /// storage, and the first write-back of a `lastSeen` would copy the whole dictionary, in
-    /// every round that delivers. Only the observers that have something to deliver are loaded
-    /// from their weak references (the strong references go out with the deliveries, so none
-    /// dies under the lock); an observer gone meanwhile is dropped here (its `deinit`
-    /// unregisters it anyway, this only covers the moment in between).
     /// Appends to `deliveries` the observers whose slot's counter moved, with the slot's state
-    /// (read after the counter) and how far the counter moved.
+    /// (read after the counter) and how far the counter moved. Runs under the lock; the caller
+    /// delivers after it.
+    ///
+    /// Each entry advances in place (``Observed`` is a class), so the dictionary is never
+    /// written in the loop and never copied. Only the observers that have something to deliver
+    /// are loaded from their weak references (the strong references go out with the
+    /// deliveries, so none dies under the lock); an observer gone meanwhile is dropped here (its
+    /// `deinit` unregisters it anyway, this only covers the moment in between).
     private func collectDeliveries(_ state: inout State, into deliveries: inout [Delivery]) {
         var gone: [UInt64] = []
-        var index = state.observers.values.startIndex
-        while index != state.observers.values.endIndex {
-            let slot = state.observers.values[index].slot
-            let counter = baton_load64(slotCounter(state.map, slot))
-            if let (observer, posts) = state.observers.values[index].advance(to: counter) {
-                if let observer {
-                    deliveries.append(Delivery(observer: observer, state: baton_load64(slotState(state.map, slot)), posts: posts))
-                } else {
-                    gone.append(state.observers.keys[index])
-                }
+        for (id, observed) in state.observers {
+            let counter = baton_load64(slotCounter(state.map, observed.slot))
+            guard let (observer, posts) = observed.advance(to: counter) else { continue }
+            if let observer {
+                deliveries.append(Delivery(observer: observer, state: baton_load64(slotState(state.map, observed.slot)), posts: posts))
+            } else {
+                gone.append(id)
             }
-            state.observers.values.formIndex(after: &index)
         }
         for id in gone {
             guard let observed = state.observers.removeValue(forKey: id) else { continue }
@@ -945,13 +930,68 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 
 /// A `TaskExecutor` that runs tasks on a process's signal thread, so a delivery resumes the
 /// observing task without waking a second thread.
-final class SignalThreadExecutor: TaskExecutor, @unchecked Sendable {
-    // @unchecked: `table` is written once, in the table's initializer, before the executor is
-    // reachable from any other thread; the table's own state is behind Mutexes.
-    fileprivate weak var table: SignalTable?
+final class SignalThreadExecutor: TaskExecutor, Sendable {
+    /// Held strongly: a task may keep the executor after the table is gone, and a weak
+    /// reference to the table cost a weak load (on a side-table reference count) per job.
+    private let jobs: SignalJobQueue
+
+    fileprivate init(jobs: SignalJobQueue) { self.jobs = jobs }
 
     func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        if let table { table.enqueue(job) } else { globalConcurrentExecutor.enqueue(job) }
+        jobs.enqueue(UnownedJob(job))
+    }
+}
+
+/// The queue of jobs for a signal thread (``SignalThreadExecutor``), which the thread runs in
+/// its rounds (``SignalTable/prepareToSleep()``). Once the table is gone and the queue closed,
+/// a job goes to the global concurrent executor instead.
+final class SignalJobQueue: Sendable {
+    private struct Queue {
+        var jobs: [UnownedJob] = []
+        var open = true
+    }
+
+    private let queue = Mutex(Queue())
+    private let thread: KernelWaitThread
+
+    init(thread: KernelWaitThread) { self.thread = thread }
+
+    /// The thread context (``baton_thread_context()``) of the signal thread while it delivers.
+    var deliveringMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) }
+
+    /// Queues a job and wakes the thread, or hands the job to the global executor once closed.
+    func enqueue(_ job: UnownedJob) {
+        let queued = queue.withLock { queue -> Bool in
+            guard queue.open else { return false }
+            queue.jobs.append(job)
+            return true
+        }
+        guard queued else {
+            globalConcurrentExecutor.enqueue(job)
+            return
+        }
+        // Queued by this thread's own deliveries (``SignalTable/prepareToSleep()``), which run
+        // the queue next: nothing to wake.
+        if baton_thread_context() == deliveringMarker { return }
+        thread.wake()
+    }
+
+    /// Swaps the queued jobs with `batch` (empty, its storage kept for the queue); returns
+    /// whether there were any.
+    func take(into batch: inout [UnownedJob]) -> Bool {
+        queue.withLock { queue -> Bool in
+            if queue.jobs.isEmpty { return false }
+            swap(&batch, &queue.jobs)
+            return true
+        }
+    }
+
+    /// Closes the queue (its table is gone) and returns the jobs still in it.
+    func close() -> [UnownedJob] {
+        queue.withLock { queue in
+            queue.open = false
+            defer { queue.jobs = [] }
+            return queue.jobs
+        }
     }
 }
