@@ -129,7 +129,7 @@ package struct BenchCommand: AsyncParsableCommand {
         }
         guard !chosen.isEmpty else { throw ValidationError("--conditions names no condition") }
         var results: [BenchResult] = []
-        var notes: [String: String] = [:]
+        var notesByCondition: [(condition: String, notes: [String: String])] = []
         for condition in chosen {
             // A fresh container for each condition, so the second run does not reuse the first's files.
             let directory = try container.map { $0 + "/" + condition.rawValue } ?? makeTemporaryDirectory(prefix: "baton-bench")
@@ -139,8 +139,9 @@ package struct BenchCommand: AsyncParsableCommand {
             let (measured, suiteNotes) = try await type.run(container: directory, quick: quick)
             withExtendedLifetime(load) {}
             results += measured.map { var result = $0; result.condition = condition.rawValue; return result }
-            notes.merge(suiteNotes) { first, _ in first }
+            notesByCondition.append((condition.rawValue, suiteNotes))
         }
+        var notes = Self.merge(notesByCondition)
         notes["conditions"] = "idle: nothing else started by the bench; loaded: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPU-bound processes (one per core) running throughout"
         let report = BenchReport(suite: suite, results: results, build: build, notes: notes)
         if json {
@@ -152,6 +153,23 @@ package struct BenchCommand: AsyncParsableCommand {
             }
             for (key, value) in notes.sorted(by: { $0.key < $1.key }) { emit("  note \(key): \(value)") }
         }
+    }
+}
+
+extension BenchCommand {
+    /// The notes of every condition's run, as one: a note the same in every run once, a note
+    /// that differs (a measured breakdown) once per condition, as `key_condition`.
+    package static func merge(_ runs: [(condition: String, notes: [String: String])]) -> [String: String] {
+        var merged: [String: String] = [:]
+        for key in Set(runs.flatMap { $0.notes.keys }) {
+            let values = runs.map { $0.notes[key] }
+            if let first = values.first, values.allSatisfy({ $0 == first }), let first {
+                merged[key] = first
+            } else {
+                for run in runs { if let value = run.notes[key] { merged["\(key)_\(run.condition)"] = value } }
+            }
+        }
+        return merged
     }
 }
 

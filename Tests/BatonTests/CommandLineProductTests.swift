@@ -1,4 +1,5 @@
 import Baton
+import BatonBench
 import Foundation
 import BatonTestSupport
 import Testing
@@ -40,6 +41,44 @@ struct CommandLineProductTests {
         let status = try await child.wait(timeout: 60)
         #expect(status == 66, "exit status \(status): \(child.errorLines)")
         #expect(child.errorLines.contains { $0.contains(missing) && $0.contains("--product baton-extension-sample") }, "\(child.errorLines)")
+    }
+
+    /// The roles suite's breakdown of a preemption: the executor stamps when it saw the stop
+    /// request and when its release returned, and each round's stamps are its own (read once
+    /// the executor wrote them, not left over from the round before).
+    @Test("bench roles breaks each preemption down with that round's own stamps")
+    func benchRolesBreakdownUsesEachRoundsStamps() async throws {
+        let result = try await runBaton(["bench", "roles", "--quick", "--conditions", "idle", "--json"], container: nil, timeout: 120)
+        #expect(result.status == 0, "exit status \(result.status): \(result.errors)")
+        let notes = (Self.object(result.lines.joined())["notes"] as? [String: String]) ?? [:]
+        for key in ["preemption_breakdown", "preemption_default_executor_breakdown"] {
+            let note = try #require(notes[key], "no \(key) note in \(notes.keys.sorted())")
+            // "... sees the stop request at S us, has released at R us, main holds at H us; ...
+            // as request-to-seen/seen-to-released/released-to-held us: a/b/c, ..."
+            func figure(after words: String) throws -> Double {
+                let tail = try #require(note.range(of: words), "no '\(words)' in \(note)").upperBound
+                return try #require(Double(note[tail...].prefix { "0123456789.-".contains($0) }), "no figure after '\(words)' in \(note)")
+            }
+            // A median keeps the order that holds in every round: the release comes after the
+            // stop request is seen.
+            #expect(try figure(after: "sees the stop request at ") <= figure(after: "has released at "), "\(key): \(note)")
+            // And in every round, which a stamp left over from the round before breaks.
+            #expect(try figure(after: "the shortest release from seen to released: ") >= 0, "\(key): \(note)")
+            let rows = try #require(note.components(separatedBy: "released-to-held us: ").last).components(separatedBy: ", ")
+            for row in rows {
+                let steps = row.split(separator: "/").compactMap { Double($0) }
+                #expect(steps.count == 3 && steps[1] >= 0, "\(key): a round released before it saw the stop request: \(row)")
+            }
+        }
+    }
+
+    @Test("bench notes that differ between the conditions are kept once per condition")
+    func benchNotesPerCondition() {
+        let merged = BenchCommand.merge([
+            (condition: "idle", notes: ["method": "m", "breakdown": "fast"]),
+            (condition: "loaded", notes: ["method": "m", "breakdown": "slow", "extra": "x"]),
+        ])
+        #expect(merged == ["method": "m", "breakdown_idle": "fast", "breakdown_loaded": "slow", "extra_loaded": "x"])
     }
 
     /// The lifecycle suite measures the hand-over a second time with every process on one
