@@ -106,6 +106,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         }
     }
 
+    /// A delivery collected under the lock, made after it.
     private struct Delivery {
         let observer: SignalObserver
         let state: UInt64
@@ -878,7 +879,6 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
         swap(&batch, &spareJobs)
         return any
     }
-
 
     /// How many rounds the signal thread went (for tests).
     var threadRounds: UInt64 { thread.rounds }
