@@ -49,7 +49,11 @@ try:
     shm = mmap.mmap(fd, 4096)
     address = ctypes.addressof(ctypes.c_char.from_buffer(shm))
     libc = ctypes.CDLL(None, use_errno=True)
-    SYS_futex, FUTEX_WAKE = 202, 1  # x86-64
+    # futex(2)'s number: asm/unistd_64.h on x86-64, asm-generic/unistd.h on arm64.
+    SYS_futex = {"x86_64": 202, "aarch64": 98}.get(os.uname().machine)
+    FUTEX_WAKE = 1
+    if SYS_futex is None and args.mode == "futex-fan":
+        sys.exit(f"futex-fan: no futex system call number known for {os.uname().machine}")
 
     def load(offset):
         return struct.unpack_from("<I", shm, offset)[0]
