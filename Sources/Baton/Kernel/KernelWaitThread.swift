@@ -285,9 +285,10 @@ final class KernelWaitThread: @unchecked Sendable {
             }
             handOverTrace("waitthread.woke")
             // One look under the lock for the whole of the next round: the machine learns the
-            // thread is awake, and the source is loaded (one weak load a round, not two). Its
-            // `roundEnded()` runs after the lock, which a wake finding the thread awake no
-            // longer needs. (Outside the lock: the reference may be the source's last one.)
+            // thread is awake, and the source is loaded (one weak load a round, not two). The
+            // source's `roundEnded()` follows, outside the lock (the reference may be the
+            // source's last one); a wake in between finds the thread running and leaves the
+            // work to the round that follows, as any wake while it runs.
             source = state.withLock { locked in
                 locked.machine.woke()
                 return currentSource(&locked)

@@ -945,7 +945,7 @@ final class SignalThreadExecutor: TaskExecutor, Sendable {
 /// The queue of jobs for a signal thread (``SignalThreadExecutor``), which the thread runs in
 /// its rounds (``SignalTable/prepareToSleep()``). Once the table is gone and the queue closed,
 /// a job goes to the global concurrent executor instead.
-final class SignalJobQueue: Sendable {
+fileprivate final class SignalJobQueue: Sendable {
     private struct Queue {
         var jobs: [UnownedJob] = []
         var open = true
