@@ -160,15 +160,12 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// The storage of the last batch of jobs, kept empty for the queue to swap with (signal
     /// thread only, in ``runJobs(on:)``).
     @exclusivity(unchecked) private var spareJobs: [UnownedJob] = []
-    /// Jobs of tasks that prefer ``executor``: run on the signal thread after each scan.
-    private let jobs: SignalJobQueue
 
     init(container: SharedContainer) throws {
         files = container.files
         owners = container.owners
         state = Mutex(State(map: try Self.openValidTable(container.files)))
-        jobs = SignalJobQueue(thread: thread)
-        threadExecutor = SignalThreadExecutor(jobs: jobs)
+        threadExecutor = SignalThreadExecutor(thread: thread)
         jobExecutor = threadExecutor.asUnownedTaskExecutor()
         thread.attach(self)
     }
@@ -193,7 +190,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             }
         }
         thread.shutdown()
-        for job in jobs.close() { globalConcurrentExecutor.enqueue(job) }
+        for job in threadExecutor.close() { globalConcurrentExecutor.enqueue(job) }
     }
 
     /// Runs `body` under the state's lock, then drops the observers it kept alive outside it.
@@ -849,7 +846,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
             // is marked as delivering, and run just below in this round: no wake of this
             // thread, which would cost a second round.
             let outer = baton_thread_context()
-            baton_set_thread_context(jobs.deliveringMarker)
+            baton_set_thread_context(threadExecutor.deliveringMarker)
             handOverTrace("signal.deliver")
             for delivery in deliveries { delivery.observer.deliver(state: delivery.state, posts: delivery.posts) }
             baton_set_thread_context(outer)
@@ -873,7 +870,7 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     private func runJobs(on executor: UnownedTaskExecutor) -> Bool {
         var batch: [UnownedJob] = []
         swap(&batch, &spareJobs)
-        let any = jobs.take(into: &batch)
+        let any = threadExecutor.take(into: &batch)
         for job in batch { job.runSynchronously(on: executor) }
         batch.removeAll(keepingCapacity: true)
         swap(&batch, &spareJobs)
@@ -883,7 +880,8 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
     /// How many rounds the signal thread went (for tests).
     var threadRounds: UInt64 { thread.rounds }
 
-    /// Runs tasks on the signal thread (see ``Signals/executor``).
+    /// Runs tasks on the signal thread (see ``Signals/executor``): the queue of their jobs,
+    /// which the thread runs after each scan.
     let threadExecutor: SignalThreadExecutor
     var executor: any TaskExecutor { threadExecutor }
     /// ``threadExecutor`` as the jobs run on it (made once: a conversion looks up the
@@ -929,23 +927,14 @@ final class SignalTable: SignalBackend, KernelWaitSource, @unchecked Sendable {
 }
 
 /// A `TaskExecutor` that runs tasks on a process's signal thread, so a delivery resumes the
-/// observing task without waking a second thread.
+/// observing task without waking a second thread: the queue of their jobs, which the thread
+/// runs in its rounds (``SignalTable/prepareToSleep()``).
+///
+/// It holds the queue and the thread, not the table: a task may keep the executor after the
+/// table is gone (a weak reference to the table cost a weak load, on a side-table reference
+/// count, per job). The table closes the queue when it goes; a job queued after that goes to
+/// the global concurrent executor instead.
 final class SignalThreadExecutor: TaskExecutor, Sendable {
-    /// Held strongly: a task may keep the executor after the table is gone, and a weak
-    /// reference to the table cost a weak load (on a side-table reference count) per job.
-    private let jobs: SignalJobQueue
-
-    fileprivate init(jobs: SignalJobQueue) { self.jobs = jobs }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        jobs.enqueue(UnownedJob(job))
-    }
-}
-
-/// The queue of jobs for a signal thread (``SignalThreadExecutor``), which the thread runs in
-/// its rounds (``SignalTable/prepareToSleep()``). Once the table is gone and the queue closed,
-/// a job goes to the global concurrent executor instead.
-fileprivate final class SignalJobQueue: Sendable {
     private struct Queue {
         var jobs: [UnownedJob] = []
         var open = true
@@ -954,13 +943,14 @@ fileprivate final class SignalJobQueue: Sendable {
     private let queue = Mutex(Queue())
     private let thread: KernelWaitThread
 
-    init(thread: KernelWaitThread) { self.thread = thread }
+    fileprivate init(thread: KernelWaitThread) { self.thread = thread }
 
     /// The thread context (``baton_thread_context()``) of the signal thread while it delivers.
-    var deliveringMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) }
+    fileprivate var deliveringMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(Unmanaged.passUnretained(self).toOpaque()) }
 
     /// Queues a job and wakes the thread, or hands the job to the global executor once closed.
-    func enqueue(_ job: UnownedJob) {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
         let queued = queue.withLock { queue -> Bool in
             guard queue.open else { return false }
             queue.jobs.append(job)
@@ -978,7 +968,7 @@ fileprivate final class SignalJobQueue: Sendable {
 
     /// Swaps the queued jobs with `batch` (empty, its storage kept for the queue); returns
     /// whether there were any.
-    func take(into batch: inout [UnownedJob]) -> Bool {
+    fileprivate func take(into batch: inout [UnownedJob]) -> Bool {
         queue.withLock { queue -> Bool in
             if queue.jobs.isEmpty { return false }
             swap(&batch, &queue.jobs)
@@ -987,7 +977,7 @@ fileprivate final class SignalJobQueue: Sendable {
     }
 
     /// Closes the queue (its table is gone) and returns the jobs still in it.
-    func close() -> [UnownedJob] {
+    fileprivate func close() -> [UnownedJob] {
         queue.withLock { queue in
             queue.open = false
             defer { queue.jobs = [] }
