@@ -161,6 +161,54 @@ struct ChannelExecutorTests {
         #expect(ContinuousClock.now - sent < .seconds(30))
     }
 
+    /// How a waiting rendezvous send is made in ``ownRingsDoNotEndTheWait(_:)``.
+    enum WaitingSend: String, CaseIterable, CustomTestStringConvertible {
+        case send, select
+        var testDescription: String {
+            switch self {
+            case .send: "send"
+            case .select: "a select of one rendezvous send"
+            }
+        }
+    }
+
+    /// The rings a pass of a waiting rendezvous send defers on the channel executor (its
+    /// offer's, and its withdrawal of the last pass's offer) are made before it reads the
+    /// doorbell it waits on. They were made after that read, by the spin: the writable doorbell
+    /// had then moved past it, so the wait ended at once on the task's own ring, and the send
+    /// withdrew and offered again, a system call a turn. On one processor (as on a loaded
+    /// machine) that went on until the scheduler's tick gave the receiver the processor: up to
+    /// 1,300 wake-ups and 10 ms per send in `bench channels`. Here with no receiver, each pass
+    /// is one slice (250 ms for a file's channel): a handful of rings in 1.2 s, not thousands.
+    @Test("a waiting rendezvous send is not woken by its own deferred rings: one pass per slice, not a spin", arguments: WaitingSend.allCases)
+    func ownRingsDoNotEndTheWait(_ way: WaitingSend) async throws {
+        let directory = try TemporaryContainer()
+        let container = try SharedContainer(path: directory.path)
+        let channel = try SharedChannel<Int>(container, name: "executor-own-rings", capacity: .rendezvous)
+        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let writable = channel.log.writable.snapshot()
+        let readable = channel.log.readable.snapshot()
+        let outcome = try await withTaskExecutorPreference(channel.executor) { () async throws -> BatonError.Code? in
+            do {
+                let deadline = Deadline.after(.milliseconds(1_200))
+                switch way {
+                case .send:
+                    try await channel.send(1, deadline: deadline)
+                case .select:
+                    try await select(.send(1, to: channel) {}, deadline: deadline)
+                }
+                return nil
+            } catch let error as BatonError {
+                return error.code
+            }
+        }
+        #expect(outcome == .timedOut)
+        // Each pass rings once for its offer and once for its withdrawal.
+        let passes = (writable: channel.log.writable.snapshot() &- writable, readable: channel.log.readable.snapshot() &- readable)
+        #expect(passes.writable <= 12 && passes.readable <= 12, "\(passes) rings in 1.2 s")
+        #expect(try channel.tryReceive() == nil) // nothing left offered
+    }
+
     @Test("a doorbell says whether a ring would wake a waiter that went to sleep on this processor")
     func sleeperProcessorHint() throws {
         let directory = try TemporaryContainer()

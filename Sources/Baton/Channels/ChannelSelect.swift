@@ -276,8 +276,9 @@ public func select<Outcome>(
             }
             if fired == nil, armingLooks, table.isWaiting(waiter) {
                 // Every way a rendezvous case completes now claims the waiter first and rings
-                // after: read the doorbells again (not to wake for this select's own offers),
-                // then look at the claim word and at closing.
+                // after: read the doorbells again (not to wake for this select's own offers,
+                // whose deferred rings go first), then look at the claim word and at closing.
+                ChannelExecutor.makeDeferredRings()
                 seen = doorbells.map { $0.snapshot() }
                 if cases.contains(where: { $0.isClosed() }) { settled = true }
             }

@@ -42,9 +42,17 @@ extension SharedChannel {
     /// the claim word and at closing once more, then spins or sleeps on `doorbell` while the
     /// waiter still waits. Every way the case completes now claims the waiter first and rings
     /// after, so the doorbell is read before that look.
+    ///
+    /// The rings this pass deferred (``ChannelExecutor/deferRings(of:bits:token:)``: its offer
+    /// or registration, and the withdrawal of the last pass's) are made before that read. Made
+    /// after it (by the spin, as they were), they moved the word past it, and the wait ended
+    /// at once on the task's own ring: a send then withdrew its offer and offered again, a wake
+    /// system call a turn, until the scheduler's tick gave the receiver the processor they
+    /// shared (up to 10 ms).
     @inline(__always)
     nonisolated(nonsending) private func waitForCounterpart(_ waiter: ChannelWaiterTable.Waiter, ringing doorbell: ChannelDoorbell, settled: Bool, until deadline: Deadline) async throws {
         guard !settled, log.waiters.isWaiting(waiter) else { return }
+        ChannelExecutor.makeDeferredRings()
         let seen = doorbell.snapshot()
         guard !log.isClosed, log.waiters.isWaiting(waiter), !doorbell.spin(after: seen) else { return }
         try await doorbell.wait(after: seen, deadline: passSlice(slow: log.storage.isFile, deadline: deadline), spinning: false)
