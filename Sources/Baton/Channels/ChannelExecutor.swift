@@ -125,7 +125,9 @@ final class ChannelExecutor: TaskExecutor, @unchecked Sendable {
     /// `mq_receive`. Go's scheduler does the same with a goroutine it readies (`runnext`: it runs
     /// when the readier blocks). The rings are made before any spin or sleep of this thread and
     /// after each job (so a task that suspends for anything else, or ends, makes them too); the
-    /// owed-rings record in the header keeps them safe from a death meanwhile.
+    /// owed-rings record in the header keeps them safe from a death meanwhile. A rendezvous wait
+    /// makes them before it reads the doorbell it waits on, so that its own rings never end
+    /// its wait (see `SharedChannel.waitForCounterpart`).
     ///
     /// A peer on another processor gains nothing from the wait and would lose the time until it
     /// (its spin sees the ring later, its wake-up starts later), and a ring that wakes nobody
