@@ -162,7 +162,7 @@ struct ChannelExecutorTests {
     }
 
     /// How a waiting rendezvous send is made in ``ownRingsDoNotEndTheWait(_:)``.
-    enum WaitingSend: String, CaseIterable, CustomTestStringConvertible {
+    enum WaitingSend: CaseIterable, CustomTestStringConvertible {
         case send, select
         var testDescription: String {
             switch self {
