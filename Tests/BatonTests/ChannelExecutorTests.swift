@@ -104,17 +104,17 @@ struct ChannelExecutorTests {
         #expect(try await b == 2)
     }
 
-    /// An unbounded channel `name` in a new container (keep the container alive while the
-    /// channel is used).
-    private static func unboundedChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
+    /// An unbounded channel `name` (or one of `capacity`) in a new container (keep the
+    /// container alive while the channel is used).
+    private static func unboundedChannel(_ name: String, capacity: ChannelCapacity = .unbounded) throws -> (TemporaryContainer, SharedChannel<Int>) {
         let directory = try TemporaryContainer()
-        return (directory, try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: .unbounded))
+        return (directory, try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: capacity))
     }
 
-    /// ``unboundedChannel(_:)`` whose rings made on the channel executor always wait for the
-    /// task's next wait or suspension, whatever the processor hints say.
-    private static func alwaysDeferringChannel(_ name: String) throws -> (TemporaryContainer, SharedChannel<Int>) {
-        let (directory, channel) = try unboundedChannel(name)
+    /// ``unboundedChannel(_:capacity:)`` whose rings made on the channel executor always wait
+    /// for the task's next wait or suspension, whatever the processor hints say.
+    private static func alwaysDeferringChannel(_ name: String, capacity: ChannelCapacity = .unbounded) throws -> (TemporaryContainer, SharedChannel<Int>) {
+        let (directory, channel) = try unboundedChannel(name, capacity: capacity)
         channel.log.defersRingsAlways.store(true, ordering: .relaxed)
         return (directory, channel)
     }
@@ -182,10 +182,8 @@ struct ChannelExecutorTests {
     /// is one slice (250 ms for a file's channel): a handful of rings in 1.2 s, not thousands.
     @Test("a waiting rendezvous send is not woken by its own deferred rings: one pass per slice, not a spin", arguments: WaitingSend.allCases)
     func ownRingsDoNotEndTheWait(_ way: WaitingSend) async throws {
-        let directory = try TemporaryContainer()
-        let container = try SharedContainer(path: directory.path)
-        let channel = try SharedChannel<Int>(container, name: "executor-own-rings", capacity: .rendezvous)
-        channel.log.defersRingsAlways.store(true, ordering: .relaxed)
+        let (directory, channel) = try Self.alwaysDeferringChannel("executor-own-rings", capacity: .rendezvous)
+        defer { withExtendedLifetime(directory) {} }
         let writable = channel.log.writable.snapshot()
         let readable = channel.log.readable.snapshot()
         let outcome = try await withTaskExecutorPreference(channel.executor) { () async throws -> BatonError.Code? in
