@@ -101,7 +101,7 @@ struct ChangeWatch: Sendable {
     }
 
     /// The next signal delivery (of either observation), or throws `timedOut` at the deadline.
-    private func nextDelivery(deadline: Deadline) async throws -> SignalDelivery {
+    nonisolated(nonsending) private func nextDelivery(deadline: Deadline) async throws -> SignalDelivery {
         guard let anyTable else { return try await signals.next(deadline: deadline) }
         return try await SignalObservation.next(from: [signals, anyTable], deadline: deadline)
     }
@@ -122,11 +122,11 @@ struct ChangeWatch: Sendable {
     /// process holds the writer queue's turn.
     static let announceLimit: Duration = .seconds(2)
 
-    mutating func rebaseline() async throws {
+    nonisolated(nonsending) mutating func rebaseline() async throws {
         baseline = try? await database.dataVersion()
     }
 
-    mutating func nextChange() async throws -> Change {
+    nonisolated(nonsending) mutating func nextChange() async throws -> Change {
         while true {
             do {
                 let delivery = try await nextDelivery(deadline: .after(database.configuration.externalChangePollInterval))

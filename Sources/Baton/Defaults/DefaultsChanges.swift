@@ -67,7 +67,7 @@ final class DefaultsWatcher: Sendable {
         }
     }
 
-    func next(deadline: Deadline) async throws -> String {
+    nonisolated(nonsending) func next(deadline: Deadline) async throws -> String {
         while true {
             try Task.checkCancellation()
             let key = try state.withLock { state -> String? in

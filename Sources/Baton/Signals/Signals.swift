@@ -118,7 +118,7 @@ public struct SignalObservation: AsyncSequence, Sendable {
 
     /// The next delivery.
     /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
-    public func next(deadline: Deadline) async throws -> SignalDelivery {
+    nonisolated(nonsending) public func next(deadline: Deadline) async throws -> SignalDelivery {
         try await observer.next(deadline: deadline)
     }
 
@@ -130,7 +130,7 @@ public struct SignalObservation: AsyncSequence, Sendable {
     /// - Returns: A delivery of one of them; the others keep theirs for later.
     /// - Throws: `timedOut`; `CancellationError` when the task is cancelled or an observation
     ///   was cancelled.
-    public static func next(from observations: [SignalObservation], deadline: Deadline) async throws -> SignalDelivery {
+    nonisolated(nonsending) public static func next(from observations: [SignalObservation], deadline: Deadline) async throws -> SignalDelivery {
         while true {
             let seen = observations.map { ($0.observer.arrivalCounter, $0.observer.arrivalCounter.snapshot()) }
             for observation in observations {
@@ -145,7 +145,7 @@ public struct SignalObservation: AsyncSequence, Sendable {
     /// Iterates deliveries.
     public struct Iterator: AsyncIteratorProtocol {
         let observer: SignalObserver
-        public mutating func next() async -> SignalDelivery? {
+        nonisolated(nonsending) public mutating func next() async -> SignalDelivery? {
             try? await observer.next(deadline: .never)
         }
     }
@@ -224,7 +224,7 @@ final class SignalObserver: Sendable {
         return nil
     }
 
-    func next(deadline: Deadline) async throws -> SignalDelivery {
+    nonisolated(nonsending) func next(deadline: Deadline) async throws -> SignalDelivery {
         while true {
             let seen = arrivals.snapshot()
             if let delivery = try take() { return delivery }

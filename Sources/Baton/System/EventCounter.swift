@@ -79,7 +79,7 @@ package final class EventCounter: Sendable {
 
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
     /// task is cancelled (throws `CancellationError`).
-    package func wait(after seen: UInt64, deadline: Deadline) async throws {
+    nonisolated(nonsending) package func wait(after seen: UInt64, deadline: Deadline) async throws {
         if deadline.hasPassed {
             if snapshot() != seen { return }
             throw Self.timedOut
@@ -93,7 +93,7 @@ package final class EventCounter: Sendable {
         state.withLock { $0.remove(id) }
     }
 
-    private func waitForNotification(after seen: UInt64, deadline: Deadline) async throws {
+    nonisolated(nonsending) private func waitForNotification(after seen: UInt64, deadline: Deadline) async throws {
         let id = Self.nextID.add(1, ordering: .relaxed).newValue
         let timer = deadline.time.map { time in
             DeadlineTimer.shared.schedule(atTime: time) { [self] in
@@ -167,7 +167,7 @@ package final class EventCounter: Sendable {
     /// - Returns: The index in `sources` of a counter that moved (the first one checked when
     ///   several did).
     /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
-    package static func waitAny(_ sources: [(counter: EventCounter, seen: UInt64)], deadline: Deadline) async throws -> Int {
+    nonisolated(nonsending) package static func waitAny(_ sources: [(counter: EventCounter, seen: UInt64)], deadline: Deadline) async throws -> Int {
         for (index, source) in sources.enumerated() where source.counter.snapshot() != source.seen { return index }
         if deadline.hasPassed { throw timedOut }
         let id = nextID.add(1, ordering: .relaxed).newValue
