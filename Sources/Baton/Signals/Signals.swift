@@ -117,6 +117,11 @@ public struct SignalObservation: AsyncSequence, Sendable {
     public func cancel() { observer.finish() }
 
     /// The next delivery.
+    ///
+    /// Runs on the caller's executor (`nonisolated(nonsending)`): it only takes a lock before it
+    /// suspends, so a caller on an actor stays there, and a task that prefers
+    /// ``Signals/executor`` makes no executor hop (each hop of such a task looks its preference
+    /// up in the runtime, under a lock).
     /// - Throws: `timedOut` at the deadline; `CancellationError` when the task is cancelled.
     nonisolated(nonsending) public func next(deadline: Deadline) async throws -> SignalDelivery {
         try await observer.next(deadline: deadline)
@@ -130,6 +135,8 @@ public struct SignalObservation: AsyncSequence, Sendable {
     /// - Returns: A delivery of one of them; the others keep theirs for later.
     /// - Throws: `timedOut`; `CancellationError` when the task is cancelled or an observation
     ///   was cancelled.
+    ///
+    /// Runs on the caller's executor, as ``next(deadline:)`` does.
     nonisolated(nonsending) public static func next(from observations: [SignalObservation], deadline: Deadline) async throws -> SignalDelivery {
         while true {
             let seen = observations.map { ($0.observer.arrivalCounter, $0.observer.arrivalCounter.snapshot()) }
@@ -145,6 +152,8 @@ public struct SignalObservation: AsyncSequence, Sendable {
     /// Iterates deliveries.
     public struct Iterator: AsyncIteratorProtocol {
         let observer: SignalObserver
+        /// The next delivery, or `nil` once the observation or the task is cancelled. Runs on
+        /// the caller's executor, as ``SignalObservation/next(deadline:)`` does.
         nonisolated(nonsending) public mutating func next() async -> SignalDelivery? {
             try? await observer.next(deadline: .never)
         }

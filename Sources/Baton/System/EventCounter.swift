@@ -79,6 +79,11 @@ package final class EventCounter: Sendable {
 
     /// Waits until the count differs from `seen`, the deadline passes (throws `timedOut`), or the
     /// task is cancelled (throws `CancellationError`).
+    ///
+    /// The waits run on the caller's executor (`nonisolated(nonsending)`), as do the waits built
+    /// on them (signal observations, the defaults' and the database's watches): a hop to the
+    /// generic executor and back costs a task that prefers an executor (``Signals/executor``)
+    /// a look-up of that preference in the runtime, under a lock, each way.
     nonisolated(nonsending) package func wait(after seen: UInt64, deadline: Deadline) async throws {
         if deadline.hasPassed {
             if snapshot() != seen { return }
