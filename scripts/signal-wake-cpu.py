@@ -40,7 +40,7 @@ count = args.watchers or 2 * len(builds)
 container = tempfile.mkdtemp(prefix="baton-wake-cpu-")
 os.chmod(container, 0o700)
 procs = []
-profiled = {}  # watcher index -> build index, for the watchers under callgrind
+profiled = set()  # the watchers under callgrind: watcher k < len(builds) runs build k
 if args.callgrind:
     for tool in ("valgrind", "callgrind_control", "strip"):
         if shutil.which(tool) is None:
@@ -54,7 +54,7 @@ try:
             subprocess.run(["strip", "-g", stripped], check=True)
             command = ["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={os.path.abspath(args.callgrind)}.%p",
                        stripped] + command[1:]
-            profiled[index] = index
+            profiled.add(index)
         procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if index in profiled else None))
     for proc in procs:
         if proc.stdout.readline().strip() != b"ready":
@@ -112,7 +112,7 @@ try:
         wait_for(count * rounds)
         time.sleep(0.002)
     before = [threads(p.pid) for p in watchers]
-    for index in profiled:
+    for index in sorted(profiled):
         subprocess.run(["callgrind_control", "-z", str(procs[index].pid)], check=True, capture_output=True)
     for _ in range(args.posts):
         time.sleep(0.001)  # every watcher goes back to sleep
@@ -120,7 +120,7 @@ try:
         post()
         wait_for(count * rounds)
     after = [threads(p.pid) for p in watchers]
-    for index, build in profiled.items():
+    for index in sorted(profiled):
         pid = procs[index].pid
         subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
         dump = f"{os.path.abspath(args.callgrind)}.{pid}.1"
@@ -133,7 +133,7 @@ try:
             time.sleep(0.1)
         if total is None:
             sys.exit(f"no callgrind dump at {dump}")
-        print(f"{args.mode} {builds[build]}: {total / args.posts:,.0f} instructions per wake-up (callgrind, {dump})")
+        print(f"{args.mode} {builds[index]}: {total / args.posts:,.0f} instructions per wake-up (callgrind, {dump})")
 
     per_wake = [sum(a[1] for a in after[i].values()) - sum(b[1] for b in before[i].values()) for i in range(count)]
     for k, build in enumerate(builds):
