@@ -9,7 +9,7 @@ import Testing
 struct ChannelExecutorTests {
     @Test("a receive on the channel executor sleeps on the executor's thread and is woken by another process's send")
     func receiveWokenByAnotherProcess() async throws {
-        let (directory, channel) = try Self.unboundedChannel("executor-receive")
+        let (directory, channel) = try Self.newChannel("executor-receive")
         let before = ChannelExecutor.shared.waitsRegistered
         let sender = Task {
             // Sends once the receive waits on the executor (a fixed 300 ms sleep could end
@@ -31,7 +31,7 @@ struct ChannelExecutorTests {
 
     @Test("a wait on the channel executor ends at its deadline with timedOut, and on cancellation with CancellationError")
     func deadlineAndCancellation() async throws {
-        let (directory, channel) = try Self.unboundedChannel("executor-idle")
+        let (directory, channel) = try Self.newChannel("executor-idle")
         defer { withExtendedLifetime(directory) {} }
         let start = ContinuousClock.now
         await #expect(throws: BatonError.self) {
@@ -62,7 +62,7 @@ struct ChannelExecutorTests {
     func jobQueuedDuringAnInlineSleep() async throws {
         // Unbounded: its receive sleeps until the deadline (a rendezvous wait goes round every
         // 250 ms, which would free the thread anyway).
-        let (directory, channel) = try Self.unboundedChannel("executor-inline")
+        let (directory, channel) = try Self.newChannel("executor-inline")
         let before = ChannelExecutor.shared.waitsRegistered
         let waiting = Task {
             try await withTaskExecutorPreference(channel.executor) {
@@ -104,17 +104,17 @@ struct ChannelExecutorTests {
         #expect(try await b == 2)
     }
 
-    /// An unbounded channel `name` (or one of `capacity`) in a new container (keep the
+    /// A channel `name` of `capacity` (unbounded unless given) in a new container (keep the
     /// container alive while the channel is used).
-    private static func unboundedChannel(_ name: String, capacity: ChannelCapacity = .unbounded) throws -> (TemporaryContainer, SharedChannel<Int>) {
+    private static func newChannel(_ name: String, capacity: ChannelCapacity = .unbounded) throws -> (TemporaryContainer, SharedChannel<Int>) {
         let directory = try TemporaryContainer()
         return (directory, try SharedChannel<Int>(try SharedContainer(path: directory.path), name: name, capacity: capacity))
     }
 
-    /// ``unboundedChannel(_:capacity:)`` whose rings made on the channel executor always wait
+    /// ``newChannel(_:capacity:)`` whose rings made on the channel executor always wait
     /// for the task's next wait or suspension, whatever the processor hints say.
     private static func alwaysDeferringChannel(_ name: String, capacity: ChannelCapacity = .unbounded) throws -> (TemporaryContainer, SharedChannel<Int>) {
-        let (directory, channel) = try unboundedChannel(name, capacity: capacity)
+        let (directory, channel) = try newChannel(name, capacity: capacity)
         channel.log.defersRingsAlways.store(true, ordering: .relaxed)
         return (directory, channel)
     }
@@ -202,8 +202,8 @@ struct ChannelExecutorTests {
         }
         #expect(outcome == .timedOut)
         // Each pass rings once for its offer and once for its withdrawal.
-        let passes = (writable: channel.log.writable.snapshot() &- writable, readable: channel.log.readable.snapshot() &- readable)
-        #expect(passes.writable <= 12 && passes.readable <= 12, "\(passes) rings in 1.2 s")
+        let rings = (writable: channel.log.writable.snapshot() &- writable, readable: channel.log.readable.snapshot() &- readable)
+        #expect(rings.writable <= 12 && rings.readable <= 12, "\(rings) rings in 1.2 s")
         #expect(try channel.tryReceive() == nil) // nothing left offered
     }
 
